@@ -1,0 +1,111 @@
+"""Encode and decode cost of realistic frames: a ~1 KB operation and a ~100 KB fragment update.
+
+Run with ``.venv/bin/python bench/bench_codec.py``; :func:`run` returns the figures in µs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from protocol.codec import decode, encode  # noqa: E402
+from protocol.messages import (  # noqa: E402
+    ChildLink,
+    FragmentUpdate,
+    Message,
+    Operation,
+    OperationSpec,
+    ViewFragment,
+)
+
+REPEATS = 7
+
+
+def operation_1kb() -> Operation:
+    """An operation whose arguments carry a message draft and a few coerced values."""
+    return Operation(
+        request_id=41,
+        view="conversation:johnny",
+        op_id="send_message",
+        args={
+            "text": "Hi Johnny, the quarterly numbers are in; see the attached summary. " * 11,
+            "attachments": ["report-q3.pdf", "summary.md"],
+            "urgent": False,
+            "retry": 2,
+            "message": {"id": "m-1042", "from": "alice", "at": 1718000000.5},
+        },
+        stable_keys={"message": "message:m-1042"},
+        deadline_ms=5000,
+    )
+
+
+def fragment_update_100kb() -> FragmentUpdate:
+    """A chat app's update: 20 views, each with Markdown, refs, operations and child links."""
+    views = []
+    for v in range(20):
+        lines = [
+            f"- [{i}] **alice** (10:{i % 60:02d}): the build on branch feature-{i} is green, "
+            f"merging after review of the last {i % 7} comments."
+            for i in range(30)
+        ]
+        views.append(
+            ViewFragment(
+                key=f"conversation:{v}",
+                name="conversation",
+                parent="contacts" if v else None,
+                mounted=v < 5,
+                markdown=f"## Conversation {v}\n\n" + "\n".join(lines),
+                refs={f"messages[{i}]": {"id": f"m-{v}-{i}", "unread": i % 3 == 0} for i in range(30)},
+                keys={f"messages[{i}]": f"message:m-{v}-{i}" for i in range(30)},
+                ref_types={f"messages[{i}]": "message" for i in range(30)},
+                operations=[
+                    OperationSpec(
+                        "send_message", "Send Message", "Send to this contact", {"text": "string"}
+                    ),
+                    OperationSpec("delete", "Delete", "", {"message": "ref", "confirm?": "bool"}),
+                ],
+                links=[ChildLink(f"thread:{v}-{i}", f"Thread {i}", "") for i in range(3)],
+            )
+        )
+    return FragmentUpdate(revision=812, views=views, removed=["conversation:old"])
+
+
+def best_us(action: Callable[[], object], loops: int) -> float:
+    """Best of :data:`REPEATS` runs of ``loops`` calls, in µs per call, after a warm-up run."""
+    for _ in range(loops):
+        action()
+    best = float("inf")
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(loops):
+            action()
+        best = min(best, (time.perf_counter() - start) / loops)
+    return best * 1e6
+
+
+def measure(label: str, message: Message, loops: int) -> dict[str, float]:
+    """Encode, decode and round-trip cost of one message, printed one line per figure."""
+    frame = encode(message)
+    figures = {
+        f"{label}_encode_us": best_us(lambda: encode(message), loops),
+        f"{label}_decode_us": best_us(lambda: decode(frame), loops),
+        f"{label}_roundtrip_us": best_us(lambda: decode(encode(message)), loops),
+    }
+    for name, value in figures.items():
+        print(f"{name:<26} {value:9.1f} µs   ({len(frame):,}-byte frame)")
+    return figures
+
+
+def run() -> dict[str, float]:
+    """Measure both frames and return every figure by name."""
+    return measure("op_1kb", operation_1kb(), 2000) | measure(
+        "fragments_100kb", fragment_update_100kb(), 200
+    )
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,529 @@
+"""Messages to msgpack frames and back; the only module in aotui that imports msgpack.
+
+A frame is the msgpack array ``[PROTOCOL_VERSION, kind, fields]``: ``kind`` is the message's
+``KIND`` and ``fields`` maps each field name to its value; the nested records
+(:class:`~protocol.messages.ViewFragment`, :class:`~protocol.messages.OperationSpec`) travel as
+maps. Every field is checked against its annotation in both directions: ``int`` refuses ``bool``,
+``float`` takes ``int`` but refuses NaN and infinities, ``Any`` takes plain data only (nil, bool,
+int, float — NaN allowed —, str, bin, list, and maps with str keys; no tuples, sets, subclasses or
+ext types). Integers are limited to msgpack's range, -2**63 to 2**64-1.
+
+Limits (:class:`Codec`): ``max_frame_bytes`` (4 MiB) is checked before unpacking;
+``max_depth`` (32) counts container nesting from the frame's own array (1) and fields map (2);
+``max_items`` (100 000) bounds every array and map; ``max_str_bytes`` (1 MiB) every str (as
+UTF-8) and bin. msgpack's C unpacker allocates an array's full claimed length before reading its
+items, so a small frame of nested headers could claim gigabytes; when a frame's array headers could
+claim more items than it has bytes, :func:`_scan` walks the headers first and refuses it.
+
+Errors. A peer's malformed frame is a protocol violation and decoding raises ``E_INVALID_CMD``;
+failing to encode one of our own messages is our bug and raises ``E_INTERNAL``. Nothing else
+escapes: :func:`_map_msgpack_errors` is the one place foreign exceptions become ours::
+
+    cause                                            data["reason"]   decode          encode
+    ───────────────────────────────────────────────  ───────────────  ──────────────  ──────────
+    our checks (type, field, kind, version, limits)  see message      E_INVALID_CMD   E_INTERNAL
+    msgpack ExtraData                                trailing_data        "               "
+    msgpack StackError, RecursionError               too_deep             "               "
+    msgpack FormatError, OutOfData, other ValueError malformed            "               "
+    msgpack BufferFull, MemoryError                  too_large            "               "
+    UnicodeError (bad UTF-8, lone surrogate)         bad_utf8             "               "
+    OverflowError (int outside msgpack's range)      out_of_range         "               "
+    TypeError (a value msgpack cannot carry)         unserializable       "               "
+    anything else (a bug in this module)             bug              E_INTERNAL      E_INTERNAL
+
+A msgpack ``ValueError`` naming one of its ``max_*`` limits gets the reason ``over_limit``.
+Duplicate map keys are not detected: msgpack keeps the last, and every aotui peer uses this codec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import msgpack
+
+from protocol.errors import AotuiError, ErrorCode
+from protocol.messages import MESSAGE_TYPES, Message
+
+__all__ = ["PROTOCOL_VERSION", "Codec", "decode", "encode"]
+
+#: The first element of every frame; a peer speaking another version is refused.
+PROTOCOL_VERSION = 1
+
+# (value, depth) -> value: checks one value and returns it, or builds a record from a map.
+_Convert = Callable[[Any, int], Any]
+# A converter and whether it returns its input unchanged (so containers need not be copied).
+_Node = tuple[_Convert, bool]
+
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_STR = frozenset({str})
+
+
+class _Refused(Exception):
+    """Internal: a value failed a check; unwinds to the boundary, collecting where it was."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.kind = ""
+        self.steps: list[str] = []
+
+    @classmethod
+    def wrong_type(cls, expected: str, value: object) -> _Refused:
+        return cls("wrong_type", f"expected {expected}, got {type(value).__name__}")
+
+    def at(self, step: str) -> None:
+        self.steps.append(step)
+
+    def error(self, code: ErrorCode, doing: str) -> AotuiError:
+        data: dict[str, Any] = {"reason": self.reason}
+        where = ""
+        if self.kind:
+            data["kind"] = self.kind
+            where = f" {self.kind!r} message"
+        if self.steps:
+            data["field"] = "".join(reversed(self.steps)).lstrip(".")
+            where += f", field {data['field']}"
+        return AotuiError(code, f"{doing}:{where}{':' if where else ''} {self.detail}", data)
+
+
+def _brief(value: object) -> str:
+    """A short description of a peer's value for an error message, never a megabyte repr."""
+    if isinstance(value, str | bytes):
+        return repr(value[:40]) + ("…" if len(value) > 40 else "")
+    return type(value).__name__
+
+
+def _refuse_ext(code: int, data: bytes) -> NoReturn:
+    raise _Refused("ext_type", f"ext type {code} is not allowed")
+
+
+_FOREIGN_ERRORS: tuple[tuple[type[Exception], str, str], ...] = (
+    (msgpack.exceptions.ExtraData, "trailing_data", "bytes follow the end of the message"),
+    (msgpack.exceptions.StackError, "too_deep", "nesting deeper than msgpack's stack"),
+    (msgpack.exceptions.FormatError, "malformed", "not msgpack"),
+    (msgpack.exceptions.OutOfData, "malformed", "the frame ends mid-value"),
+    (msgpack.exceptions.BufferFull, "too_large", "msgpack's buffer is full"),
+    (msgpack.exceptions.UnpackException, "malformed", "not msgpack"),
+    (UnicodeError, "bad_utf8", "a string is not valid UTF-8"),
+    (RecursionError, "too_deep", "nesting deeper than Python's recursion limit"),
+    (MemoryError, "too_large", "out of memory"),
+    (OverflowError, "out_of_range", "a number is outside msgpack's range"),
+    (ValueError, "malformed", "not a valid frame"),
+    (TypeError, "unserializable", "a value msgpack cannot carry"),
+)
+
+
+@contextlib.contextmanager
+def _map_msgpack_errors(code: ErrorCode, doing: str) -> Iterator[None]:
+    """Turn every exception raised inside into an :class:`AotuiError` (see the module table)."""
+    try:
+        yield
+    except AotuiError:
+        raise
+    except _Refused as refused:
+        raise refused.error(code, doing) from None
+    except Exception as exc:
+        text = str(exc)[:200]
+        for foreign, reason, what in _FOREIGN_ERRORS:
+            if isinstance(exc, foreign):
+                # msgpack reports every length limit as a bare ValueError naming the limit.
+                if isinstance(exc, ValueError) and "max_ext_len" in text:
+                    reason, what = "ext_type", "ext types are not allowed"
+                elif isinstance(exc, ValueError) and "exceeds max_" in text:
+                    reason, what = "over_limit", "a length exceeds the limits or the frame's size"
+                raise AotuiError(code, f"{doing}: {what} ({text})", {"reason": reason}) from exc
+        raise AotuiError(
+            ErrorCode.E_INTERNAL, f"{doing}: codec bug: {exc!r:.200}", {"reason": "bug"}
+        ) from exc
+
+
+# Bytes a scalar takes, header included, by first byte (0xc0 nil … 0xd3 int64).
+_FIXED_SIZES = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9, 0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9}
+_FIXED_SIZES |= {0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}
+# Width of the length field of bin8/16/32 and str8/16/32.
+_LENGTH_WIDTHS = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
+# array16/32 and map16/32: width of the count field and items per counted entry.
+_COUNT_WIDTHS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+# Past this many array16/32 marker bytes, summing their claims costs more than a scan.
+_MAX_MARKERS = 512
+
+
+def _claims_fit(frame: bytes, cap: int) -> bool:
+    """Whether every possible array16/32 header together claims no more items than bytes."""
+    budget = len(frame)
+    markers = 0
+    # Over-counts (marker bytes inside strings count too), which only sends more frames to _scan.
+    for marker, width in ((b"\xdc", 2), (b"\xdd", 4)):
+        pos = frame.find(marker)
+        while pos != -1:
+            markers += 1
+            budget -= min(int.from_bytes(frame[pos + 1 : pos + 1 + width], "big"), cap)
+            if budget < 0 or markers > _MAX_MARKERS:
+                return False
+            pos = frame.find(marker, pos + 1)
+    return True
+
+
+def _scan(frame: bytes, max_depth: int) -> None:
+    """Walk the frame's headers without building objects, refusing claims the bytes cannot back."""
+    end = len(frame)
+    pos = 0
+    owed = [1]  # items still to read at each open level; the root level holds the one frame
+    total = 1
+    while True:
+        while owed and owed[-1] == 0:
+            owed.pop()
+        if not owed:
+            break
+        # Every owed item takes at least one byte, so this bounds what msgpack will allocate.
+        if total > end - pos:
+            raise _Refused("malformed", "headers claim more items than the frame has bytes")
+        byte = frame[pos]
+        owed[-1] -= 1
+        total -= 1
+        count = -1
+        if byte < 0x80 or byte >= 0xE0:
+            pos += 1
+        elif byte < 0xA0:
+            count = (byte & 0x0F) * (2 if byte < 0x90 else 1)
+            pos += 1
+        elif byte < 0xC0:
+            pos += 1 + (byte & 0x1F)
+        elif byte in _FIXED_SIZES:
+            pos += _FIXED_SIZES[byte]
+        elif byte in _LENGTH_WIDTHS:
+            width = _LENGTH_WIDTHS[byte]
+            pos += 1 + width + int.from_bytes(frame[pos + 1 : pos + 1 + width], "big")
+        elif byte in _COUNT_WIDTHS:
+            width, per_entry = _COUNT_WIDTHS[byte]
+            count = per_entry * int.from_bytes(frame[pos + 1 : pos + 1 + width], "big")
+            pos += 1 + width
+        else:
+            raise _Refused("ext_type", f"byte 0x{byte:02x} (ext or reserved) is not allowed")
+        if count >= 0:
+            if len(owed) > max_depth:
+                raise _Refused("too_deep", f"nesting deeper than max_depth {max_depth}")
+            owed.append(count)
+            total += count
+    if pos != end:
+        raise _Refused("malformed", "the frame's length does not match its contents")
+
+
+def _exact(kind: type) -> _Convert:
+    def check(value: Any, depth: int) -> Any:
+        if type(value) is not kind:
+            raise _Refused.wrong_type(kind.__name__, value)
+        return value
+
+    return check
+
+
+def _check_float(value: Any, depth: int) -> Any:
+    # int is a float by the numeric tower; non-finite times and sizes are always a bug.
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise _Refused("wrong_type", f"expected a finite float, got {value}")
+    elif type(value) is not int:
+        raise _Refused.wrong_type("float", value)
+    return value
+
+
+def _check_none(value: Any, depth: int) -> Any:
+    if value is not None:
+        raise _Refused.wrong_type("None", value)
+    return value
+
+
+# Annotations whose values one C-level pass over the element types can check.
+_EXACT_TYPES: dict[Any, frozenset[type]] = {
+    hint: frozenset({hint}) for hint in (str, int, bool, bytes, type(None))
+}
+
+_SCALAR_NODES: dict[Any, _Convert] = {
+    str: _exact(str),
+    int: _exact(int),
+    bool: _exact(bool),
+    bytes: _exact(bytes),
+    float: _check_float,
+    type(None): _check_none,
+}
+
+
+def _visit(value: Any, convert: _Convert, depth: int) -> list[Any]:
+    """Convert each element of a list or dict, naming the one that fails; return the results."""
+    converted = []
+    for step, element in value.items() if type(value) is dict else enumerate(value):
+        try:
+            converted.append(convert(element, depth + 1))
+        except _Refused as refused:
+            refused.at(f"[{step!r:.40}]")
+            raise
+    return converted
+
+
+@dataclasses.dataclass(frozen=True)
+class Codec:
+    """Encoder and decoder of frames under fixed limits; build once, share freely."""
+
+    #: Largest frame in bytes, checked before unpacking.
+    max_frame_bytes: int = 4 * 1024 * 1024
+    #: Deepest container nesting, counting the frame array as 1 and its fields map as 2.
+    max_depth: int = 32
+    #: Most elements in one array or entries in one map.
+    max_items: int = 100_000
+    #: Longest str (in UTF-8 bytes) or bin.
+    max_str_bytes: int = 1024 * 1024
+
+    _decoders: dict[str, _Convert] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _encoders: dict[type, _Convert] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        for limit in ("max_frame_bytes", "max_depth", "max_items", "max_str_bytes"):
+            value = getattr(self, limit)
+            if type(value) is not int or value < 2:
+                raise AotuiError(ErrorCode.E_INTERNAL, f"Codec.{limit} must be an int ≥ 2")
+        # Built eagerly so an annotation the codec cannot carry fails at import, not mid-frame.
+        for kind, cls in MESSAGE_TYPES.items():
+            self._decoders[kind] = self._record(cls, decoding=True)
+            self._encoders[cls] = self._record(cls, decoding=False)
+
+    def encode(self, message: Message) -> bytes:
+        """The frame for ``message``; ``E_INTERNAL`` if it holds what the wire cannot carry."""
+        with _map_msgpack_errors(ErrorCode.E_INTERNAL, "cannot encode"):
+            encode_fields = self._encoders.get(type(message))
+            if encode_fields is None:
+                raise _Refused("unknown_kind", f"{_brief(message)} is not in MESSAGE_TYPES")
+            try:
+                fields = encode_fields(message, 2)
+            except _Refused as refused:
+                refused.kind = message.KIND
+                raise
+            frame: bytes = msgpack.packb(
+                [PROTOCOL_VERSION, message.KIND, fields], use_bin_type=True
+            )
+            if len(frame) > self.max_frame_bytes:
+                raise _Refused(
+                    "frame_too_large",
+                    f"{len(frame)} bytes exceed max_frame_bytes {self.max_frame_bytes}",
+                )
+            if len(frame) > self.max_str_bytes:
+                # Only a frame this big can hold a str or bin the peer would refuse.
+                msgpack.unpackb(
+                    frame, max_str_len=self.max_str_bytes, max_bin_len=self.max_str_bytes
+                )
+            return frame
+
+    def decode(self, frame: bytes) -> Message:
+        """The message in ``frame``; ``E_INVALID_CMD`` naming the fault if it is malformed."""
+        with _map_msgpack_errors(ErrorCode.E_INVALID_CMD, "malformed frame"):
+            if not isinstance(frame, bytes):
+                raise _Refused("not_bytes", f"a frame is bytes, got {type(frame).__name__}")
+            size = len(frame)
+            if size > self.max_frame_bytes:
+                raise _Refused(
+                    "frame_too_large", f"{size} bytes exceed max_frame_bytes {self.max_frame_bytes}"
+                )
+            cap = min(self.max_items, size)
+            if not _claims_fit(frame, cap):
+                _scan(frame, self.max_depth)
+            top = msgpack.unpackb(
+                frame,
+                raw=False,
+                strict_map_key=True,
+                max_str_len=self.max_str_bytes,
+                max_bin_len=self.max_str_bytes,
+                max_array_len=cap,
+                max_map_len=cap,
+                max_ext_len=0,
+                ext_hook=_refuse_ext,
+            )
+            if type(top) is not list or len(top) != 3:
+                raise _Refused("malformed", "a frame is the array [version, kind, fields]")
+            version, kind, fields = top
+            if type(version) is not int or version != PROTOCOL_VERSION:
+                shown = version if type(version) is int else _brief(version)
+                raise _Refused("version_mismatch", f"version {shown} is not {PROTOCOL_VERSION}")
+            decode_fields = self._decoders.get(kind) if type(kind) is str else None
+            if decode_fields is None:
+                raise _Refused("unknown_kind", f"unknown message kind {_brief(kind)}")
+            try:
+                message: Message = decode_fields(fields, 2)
+            except _Refused as refused:
+                refused.kind = kind
+                raise
+            return message
+
+    def _node(self, hint: Any, decoding: bool) -> _Node:
+        if hint is Any:
+            return self._plain, True
+        if hint in _SCALAR_NODES:
+            return _SCALAR_NODES[hint], True
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin in (types.UnionType, typing.Union):
+            return self._union(args, decoding)
+        if origin is list and len(args) == 1:
+            return self._container(list, args[0], decoding)
+        if origin is dict and len(args) == 2 and args[0] is str:
+            return self._container(dict, args[1], decoding)
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            return self._record(hint, decoding), False
+        raise TypeError(f"the codec cannot carry a field annotated {hint!r}")
+
+    def _union(self, arms: tuple[Any, ...], decoding: bool) -> _Node:
+        nullable = type(None) in arms
+        nodes = [self._node(arm, decoding) for arm in arms if arm is not type(None)]
+        names = " | ".join(getattr(arm, "__name__", str(arm)) for arm in arms)
+        same = all(node[1] for node in nodes)
+
+        def convert_union(value: Any, depth: int) -> Any:
+            if value is None and nullable:
+                return None
+            if len(nodes) == 1:
+                return nodes[0][0](value, depth)
+            for convert, _ in nodes:
+                with contextlib.suppress(_Refused):
+                    return convert(value, depth)
+            raise _Refused.wrong_type(names, value)
+
+        return convert_union, same
+
+    def _container(self, kind: type[Any], item_hint: Any, decoding: bool) -> _Node:
+        convert, same = self._node(item_hint, decoding)
+        plain, open_container = self._plain, self._open
+        if convert == plain:
+
+            def convert_plain(value: Any, depth: int) -> Any:
+                if type(value) is not kind:
+                    raise _Refused.wrong_type(kind.__name__, value)
+                return plain(value, depth)
+
+            return convert_plain, True
+        exact = _EXACT_TYPES.get(item_hint)
+
+        def convert_container(value: Any, depth: int) -> Any:
+            if type(value) is not kind:
+                raise _Refused.wrong_type(kind.__name__, value)
+            elements = open_container(value, depth)
+            if exact is not None and set(map(type, elements)) <= exact:
+                return value
+            converted = _visit(value, convert, depth)
+            if same:
+                return value
+            return dict(zip(value, converted, strict=True)) if kind is dict else converted
+
+        return convert_container, same
+
+    def _open(self, value: Any, depth: int) -> Any:
+        """Check a list's or dict's depth, size and keys; return its elements."""
+        if depth > self.max_depth:
+            raise _Refused("too_deep", f"nesting deeper than max_depth {self.max_depth}")
+        if len(value) > self.max_items:
+            raise _Refused("over_limit", f"{len(value)} items exceed max_items {self.max_items}")
+        if type(value) is not dict:
+            return value
+        if not set(map(type, value)) <= _STR:
+            names = sorted({type(key).__name__ for key in value} - {"str"})
+            raise _Refused("wrong_type", f"map keys are str, got {', '.join(names)}")
+        return value.values()
+
+    def _plain(self, value: Any, depth: int) -> Any:
+        """Check that ``value`` is plain msgpack data within the limits; return it unchanged."""
+        kind = type(value)
+        if kind in _SCALARS:
+            return value
+        if kind is dict:
+            steps = value.items()
+        elif kind is list:
+            steps = enumerate(value)
+        else:
+            raise _Refused("unserializable", f"{kind.__name__} is not plain msgpack data")
+        if depth > self.max_depth or len(value) > self.max_items:
+            self._open(value, depth)  # raises the right error
+        # Long runs of scalars are checked in one pass in C; short ones are cheaper to loop over.
+        if len(value) > 16 and (
+            set(map(type, value)) <= _SCALARS
+            if kind is list
+            else set(map(type, value)) <= _STR and set(map(type, value.values())) <= _SCALARS
+        ):
+            return value
+        for step, element in steps:
+            if kind is dict and type(step) is not str:
+                self._open(value, depth)
+            if type(element) not in _SCALARS:
+                try:
+                    self._plain(element, depth + 1)
+                except _Refused as refused:
+                    refused.at(f"[{step!r:.40}]")
+                    raise
+        return value
+
+    def _record(self, cls: type, decoding: bool) -> _Convert:
+        hints = typing.get_type_hints(cls)
+        fields = dataclasses.fields(cls)
+        nodes = {field.name: self._node(hints[field.name], decoding)[0] for field in fields}
+        required = frozenset(
+            field.name
+            for field in fields
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        )
+        name, max_depth = cls.__name__, self.max_depth
+
+        def decode_record(value: Any, depth: int) -> Any:
+            if type(value) is not dict:
+                raise _Refused.wrong_type(f"a {name} map", value)
+            if depth > max_depth:
+                raise _Refused("too_deep", f"nesting deeper than max_depth {max_depth}")
+            kwargs = {}
+            for key, element in value.items():
+                convert = nodes.get(key)
+                if convert is None:
+                    raise _Refused("unknown_field", f"{name} has no field {_brief(key)}")
+                try:
+                    kwargs[key] = convert(element, depth + 1)
+                except _Refused as refused:
+                    refused.at(f".{key}")
+                    raise
+            if len(kwargs) < len(required) or not required <= kwargs.keys():
+                missing = ", ".join(sorted(required - kwargs.keys()))
+                raise _Refused("missing_field", f"{name} lacks required field(s) {missing}")
+            return cls(**kwargs)
+
+        def encode_record(value: Any, depth: int) -> Any:
+            if type(value) is not cls:
+                raise _Refused.wrong_type(name, value)
+            if depth > max_depth:
+                raise _Refused("too_deep", f"nesting deeper than max_depth {max_depth}")
+            out = {}
+            for key, convert in nodes.items():
+                try:
+                    out[key] = convert(getattr(value, key), depth + 1)
+                except _Refused as refused:
+                    refused.at(f".{key}")
+                    raise
+            return out
+
+        return decode_record if decoding else encode_record
+
+
+_DEFAULT = Codec()
+
+
+def encode(message: Message) -> bytes:
+    """Encode ``message`` with the default :class:`Codec` limits."""
+    return _DEFAULT.encode(message)
+
+
+def decode(frame: bytes) -> Message:
+    """Decode ``frame`` with the default :class:`Codec` limits."""
+    return _DEFAULT.decode(frame)

@@ -1,0 +1,368 @@
+"""The wire messages: every frame between client, supervisor and worker is one of these.
+
+Each message is a frozen dataclass with a ``KIND`` tag; :mod:`protocol.codec` turns them into
+frames and back, validating every field against the annotations here. Nothing else in aotui
+handles raw frames.
+
+Directions:
+
+- supervisor → worker: :class:`Start`, :class:`Operation`, :class:`Mount`, :class:`Dismount`,
+  :class:`Serialize`, :class:`Ping`, :class:`Shutdown`.
+- worker → supervisor: :class:`Hello`, :class:`FragmentUpdate`, :class:`Ack`, :class:`ErrorReply`,
+  :class:`AppState`, :class:`Pong`, :class:`LogRecord`.
+- client ↔ supervisor: :class:`Request` → :class:`Reply` or :class:`ErrorReply`.
+- supervisor → subscribers (PUB): :class:`Signal`.
+- supervisor ↔ zygote: :class:`Launch` → :class:`Launched`; :class:`Exited` when a worker ends.
+
+Request ids are chosen by the sender of the request and echoed by the single reply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "MESSAGE_TYPES",
+    "Ack",
+    "AppState",
+    "ChildLink",
+    "Dismount",
+    "ErrorReply",
+    "Exited",
+    "FragmentUpdate",
+    "Hello",
+    "Launch",
+    "Launched",
+    "LogRecord",
+    "Message",
+    "Mount",
+    "Operation",
+    "OperationSpec",
+    "Ping",
+    "Pong",
+    "Reply",
+    "Request",
+    "Serialize",
+    "Shutdown",
+    "Signal",
+    "Start",
+    "ViewFragment",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """Base of every wire message; subclasses set ``KIND``, the tag written into the frame."""
+
+    KIND: ClassVar[str] = ""
+
+
+# --- nested records (not messages themselves) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OperationSpec:
+    """One operation a view offers, as the agent sees it."""
+
+    #: Developer-chosen id, unique within the app (``send_message``).
+    op_id: str
+    #: The element's text (``Send Message``).
+    label: str
+    #: The ``description`` attribute, or ``""``.
+    description: str
+    #: Declared arguments ``{name: type}``; a name ending in ``?`` is optional.
+    args: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ChildLink:
+    """A child view a view links to (``view-link``), as its parent shows it."""
+
+    #: The app's stable key of the child view instance.
+    key: str
+    #: The link text, used as the child's label in the view tree.
+    label: str
+    #: The link's ``description`` attribute, or ``""``.
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class ViewFragment:
+    """One rendered view of an app, keyed by the app's stable instance key."""
+
+    #: The app's stable key for this view instance (``conversation:johnny``).
+    key: str
+    #: The ``view="…"`` name of the root element.
+    name: str
+    #: Key of the view that links to this one, or ``None`` for a root view.
+    parent: str | None
+    #: Whether the view is mounted (shown with its content) or only listed in the tree.
+    mounted: bool
+    #: The view body as Markdown, with child-view links written ``(view:@<key>)``.
+    markdown: str
+    #: ``list_id[i]`` and entity ids → the recorded ``data-value``.
+    refs: dict[str, Any]
+    #: ``list_id[i]`` and entity ids → the app's stable key of the item.
+    keys: dict[str, str]
+    #: ``list_id[i]`` and entity ids → the item or entity type (``message``).
+    ref_types: dict[str, str]
+    #: The operations the view offers.
+    operations: list[OperationSpec]
+    #: The child views this view links to, in document order.
+    links: list[ChildLink]
+
+
+# --- supervisor → worker ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Start(Message):
+    """First message to a new worker: who it is and the state to restore, if any."""
+
+    KIND: ClassVar[str] = "start"
+    #: The desktop-assigned ``app_N``.
+    app: str
+    #: The app's serialized data from its last acknowledged operation, or ``None``.
+    restore: Any = None
+    #: View keys mounted before the restart.
+    mounted: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Operation(Message):
+    """Run an operation handler of one view."""
+
+    KIND: ClassVar[str] = "op"
+    request_id: int
+    #: Key of the view whose operation it is.
+    view: str
+    op_id: str
+    #: Arguments after coercion and ref resolution.
+    args: dict[str, Any]
+    #: For each argument that was a ref, the item's stable ``key``.
+    stable_keys: dict[str, Any]
+    #: Milliseconds the handler may take before the supervisor answers ``E_TIMEOUT``.
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mount(Message):
+    """Mount a view (render it with content)."""
+
+    KIND: ClassVar[str] = "mount"
+    request_id: int
+    view: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dismount(Message):
+    """Dismount a view (keep it in the tree, drop its content)."""
+
+    KIND: ClassVar[str] = "dismount"
+    request_id: int
+    view: str
+
+
+@dataclass(frozen=True, slots=True)
+class Serialize(Message):
+    """Ask the app for its serialized state (answered by :class:`AppState`)."""
+
+    KIND: ClassVar[str] = "serialize"
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(Message):
+    """Heartbeat probe; the worker answers :class:`Pong` with the same ``seq``."""
+
+    KIND: ClassVar[str] = "ping"
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown(Message):
+    """Ask the worker to exit cleanly."""
+
+    KIND: ClassVar[str] = "shutdown"
+    reason: str
+
+
+# --- worker → supervisor ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(Message):
+    """First message from a worker once its app module is loaded."""
+
+    KIND: ClassVar[str] = "hello"
+    pid: int
+    #: The SDK's protocol version, to refuse a mismatched worker early.
+    protocol: int
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentUpdate(Message):
+    """The views that changed since the last update; sent before the ack that caused them."""
+
+    KIND: ClassVar[str] = "fragments"
+    #: Monotonic per worker; an ack names the revision that shows its effect.
+    revision: int
+    #: Changed or new views.
+    views: list[ViewFragment]
+    #: Keys of views that no longer exist.
+    removed: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Message):
+    """A request succeeded; ``revision`` is the first fragment revision that shows its effect."""
+
+    KIND: ClassVar[str] = "ack"
+    request_id: int
+    revision: int
+    #: The handler's return value (plain data), or ``None``.
+    result: Any = None
+    #: The app's serialized state after the operation, when the app provides a hook.
+    state: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppState(Message):
+    """The app's serialized data, answering :class:`Serialize`."""
+
+    KIND: ClassVar[str] = "state"
+    request_id: int
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Pong(Message):
+    """Heartbeat answer."""
+
+    KIND: ClassVar[str] = "pong"
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord(Message):
+    """A line for the System Logs or the app's operation log."""
+
+    KIND: ClassVar[str] = "log"
+    #: ``info``, ``warning`` or ``error``.
+    level: str
+    message: str
+
+
+# --- supervisor ↔ zygote (the pre-loaded process that forks workers) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Launch(Message):
+    """Ask the zygote to fork a worker for one app."""
+
+    KIND: ClassVar[str] = "launch"
+    #: Chosen by the supervisor; echoed by :class:`Launched`.
+    token: int
+    #: The desktop-assigned ``app_N``.
+    app: str
+    #: Absolute path of the app directory.
+    app_dir: str
+    #: The entry module, relative to ``app_dir``.
+    entry: str
+    #: The ZeroMQ endpoint of this worker's own channel.
+    endpoint: str
+    #: Confinement and limits for the worker, as plain data.
+    policy: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Launched(Message):
+    """The zygote forked a worker (``pid``) or failed to (``error``)."""
+
+    KIND: ClassVar[str] = "launched"
+    token: int
+    pid: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Exited(Message):
+    """A worker forked by the zygote ended; exactly one of ``exit_code`` / ``signal`` is set."""
+
+    KIND: ClassVar[str] = "exited"
+    pid: int
+    exit_code: int | None
+    signal: int | None
+
+
+# --- both directions / client ↔ supervisor ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply(Message):
+    """A request failed; the fields are those of :meth:`protocol.errors.AotuiError.to_dict`."""
+
+    KIND: ClassVar[str] = "error"
+    request_id: int
+    code: str
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Request(Message):
+    """A client call on the supervisor (``snapshot``, ``execute``, ``acquire``, …)."""
+
+    KIND: ClassVar[str] = "request"
+    request_id: int
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply(Message):
+    """A successful answer to a :class:`Request`."""
+
+    KIND: ClassVar[str] = "reply"
+    request_id: int
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Signal(Message):
+    """Published when the desktop changed; carries no snapshot (CONTRACT §6)."""
+
+    KIND: ClassVar[str] = "signal"
+    desktop_id: str
+    timestamp: float
+    #: ``dom_mutation | app_opened | app_closed | app_crashed | app_restarted``.
+    reason: str
+
+
+#: Every message class by its ``KIND`` tag; the codec refuses any other tag.
+MESSAGE_TYPES: dict[str, type[Message]] = {
+    cls.KIND: cls
+    for cls in (
+        Start,
+        Operation,
+        Mount,
+        Dismount,
+        Serialize,
+        Ping,
+        Shutdown,
+        Hello,
+        FragmentUpdate,
+        Ack,
+        AppState,
+        Pong,
+        LogRecord,
+        ErrorReply,
+        Request,
+        Reply,
+        Signal,
+        Launch,
+        Launched,
+        Exited,
+    )
+}

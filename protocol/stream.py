@@ -1,0 +1,46 @@
+"""Length-prefixed codec frames over a byte stream (the supervisor ↔ zygote socketpair)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from protocol import codec
+from protocol.errors import AotuiError, ErrorCode
+from protocol.messages import Message
+
+__all__ = ["MAX_STREAM_FRAME", "FrameReader", "write_frame"]
+
+_HEADER = struct.Struct("!I")
+#: Largest frame either side accepts on a stream.
+MAX_STREAM_FRAME = 1 << 20
+
+
+def write_frame(sock: socket.socket, message: Message) -> None:
+    """Send one ``<u32 length><codec frame>`` on a blocking stream socket."""
+    frame = codec.encode(message)
+    sock.sendall(_HEADER.pack(len(frame)) + frame)
+
+
+class FrameReader:
+    """Splits a byte stream into messages."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Add received bytes; return every complete message (bad frames raise AotuiError)."""
+        self.buffer += data
+        messages: list[Message] = []
+        while len(self.buffer) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(self.buffer)
+            if length > MAX_STREAM_FRAME:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD, f"stream frame of {length} bytes is too big"
+                )
+            if len(self.buffer) < _HEADER.size + length:
+                break
+            frame = bytes(self.buffer[_HEADER.size : _HEADER.size + length])
+            del self.buffer[: _HEADER.size + length]
+            messages.append(codec.decode(frame))
+        return messages

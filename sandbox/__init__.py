@@ -1,0 +1,1 @@
+"""The app's side of the wall."""

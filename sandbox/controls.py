@@ -1,0 +1,67 @@
+"""How form controls read in a view: ``[input name="…" value="…"]``, ``[x]``, ``[select …]``.
+
+An agent cannot type into a form, so controls are shown as state, not as widgets: what is filled
+in, what is checked, what is selected. Acting on a form is what ``operation`` is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lxml.html import HtmlElement
+
+from sandbox.flow import collapse
+
+__all__ = ["control", "input_text", "select_text"]
+
+_BUTTONS = frozenset({"submit", "button", "reset", "image"})
+
+
+def control(name: str, fields: dict[str, str | None]) -> str:
+    """A control as ``[name key="value" …]``; empty fields are left out."""
+    parts = [name]
+    for key, raw in fields.items():
+        value = collapse(raw)
+        if value:
+            quoted = value.replace('"', '\\"')
+            parts.append(f'{key}="{quoted}"')
+    return "[" + " ".join(parts) + "]"
+
+
+def input_text(el: HtmlElement) -> str:
+    """An ``<input>``: a box for checkboxes and radios, the caption of buttons, else its state."""
+    kind = (el.get("type") or "text").lower()
+    if kind == "hidden":
+        return ""
+    if kind in ("checkbox", "radio"):
+        on = el.get("checked") is not None
+        box = ("[x]", "[ ]") if kind == "checkbox" else ("(x)", "( )")
+        return box[0] if on else box[1]
+    if kind in _BUTTONS:
+        return " " + collapse(el.get("value") or el.get("alt")) + " "
+    value = "" if kind == "password" else collapse(el.get("value"))
+    fields = {"type": kind if kind != "text" else "", "name": el.get("name"), "value": value}
+    if not value:
+        fields["placeholder"] = el.get("placeholder")
+    return control("input", fields)
+
+
+def textarea_text(el: HtmlElement, content: str) -> str:
+    """A ``<textarea>`` with its (collapsed) content as the value."""
+    value = collapse(content)
+    fields = {"name": el.get("name"), "value": value}
+    if not value:
+        fields["placeholder"] = el.get("placeholder")
+    return control("textarea", fields)
+
+
+def select_text(el: HtmlElement, options: Sequence[HtmlElement], labels: Sequence[str]) -> str:
+    """A ``<select>`` listing its options, the selected ones marked ``(selected)``."""
+    chosen = [option.get("selected") is not None for option in options]
+    if options and not any(chosen) and el.get("multiple") is None:
+        chosen[0] = True  # a single select shows its first option when none is selected
+    shown = " | ".join(
+        f"{label} (selected)" if on else label for label, on in zip(labels, chosen, strict=True)
+    )
+    head = control("select", {"name": el.get("name")})
+    return head[:-1] + f": {shown}]" if shown else head

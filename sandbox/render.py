@@ -1,0 +1,410 @@
+"""Render one view document (HTML with semantic marks) into the Markdown an agent reads.
+
+:func:`render_view` is the whole public surface. The marks (CONTRACT §3, docs/markup.md):
+
+- ``view="Name"`` on the root; ``description`` beside it.
+- ``list="type[]:list_id"`` → ``### [Title](type[]:list_id)`` and one ``[label](type:list_id[i])``
+  per child element; each item needs ``key`` and may carry ``data-value`` (JSON).
+- ``entity="type:entity_id"`` → ``[text](type:entity_id)`` in place; may carry ``data-value``.
+- ``operation="op_id"`` (+ ``args``, ``description``) → collected under ``#### Operations``.
+- ``view-link="key"`` (+ ``description``) → a bullet ``[label](view:@key)``; the supervisor turns
+  ``@key`` into the child view's ``view_N``.
+
+Ordinary HTML goes through :class:`sandbox.markdown.MarkdownRenderer`. Every mistake in the marks
+is an :class:`~protocol.errors.AotuiError` with code ``E_APP_ERROR`` whose message names the list,
+item, entity, operation or attribute at fault and shows the correct form.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lxml import etree
+from lxml.html import HtmlElement, HTMLParser, document_fromstring
+
+from protocol.errors import AotuiError, ErrorCode
+from protocol.messages import OperationSpec
+from protocol.structure import escape_structural
+from sandbox.flow import (
+    Block,
+    Flow,
+    assemble,
+    collapse,
+    finish,
+    inline_lines,
+    item_lines,
+    link_label,
+)
+from sandbox.flow import take_label as _take_label
+from sandbox.markdown import DROPPED, MarkdownRenderer
+from sandbox.marks import (
+    entity_spec,
+    fault,
+    link_key,
+    list_spec,
+    operation_args,
+    operation_id,
+    operation_lines,
+    parse_value,
+)
+
+__all__ = ["RenderedView", "ViewLink", "render_view"]
+
+_MARK_ORDER = ("view", "list", "entity", "operation", "view-link")
+# Characters that would break out of the name="…" attribute the supervisor writes.
+_BAD_NAME = re.compile(r'["<>]')
+# Input is cleaned before parsing: NUL is our <br> stand-in, and libxml2 refuses the rest.
+_BAD_INPUT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+_LABEL_SKIP = DROPPED | {"textarea", "select"}
+_LIST_LABEL = frozenset({"listhead"})
+
+
+@dataclass(frozen=True, slots=True)
+class ViewLink:
+    """A child view the rendered view links to, as ``[label](view:@key)``."""
+
+    #: The app's stable key for the child view instance (``conversation:johnny``).
+    key: str
+    #: The link's text, plain (not Markdown-escaped).
+    label: str
+    #: The ``description`` attribute, or ``""``.
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedView:
+    """One view rendered: its Markdown body and the tables the supervisor keeps for it."""
+
+    #: The ``view="…"`` name of the root element.
+    name: str
+    #: The root's ``description`` attribute, or ``""``.
+    description: str
+    #: The view body; child-view links are written ``(view:@key)``.
+    markdown: str
+    #: ``list_id[i]`` and entity ids → the parsed ``data-value`` (``None`` when absent).
+    refs: dict[str, Any]
+    #: ``list_id[i]`` → the item's ``key``; entity id → itself.
+    keys: dict[str, str]
+    #: Every ref → its item or entity type (``message``).
+    ref_types: dict[str, str]
+    #: ``list_id`` → its item type.
+    lists: dict[str, str]
+    #: The operations, in document order.
+    operations: tuple[OperationSpec, ...]
+    #: The child views linked, in document order.
+    links: tuple[ViewLink, ...]
+
+
+def render_view(html: str | bytes) -> RenderedView:
+    """Render one view document; any fault in it raises ``AotuiError(E_APP_ERROR)``."""
+    doc = _parse(html)
+    try:
+        return _ViewRenderer().render(doc)
+    except AotuiError:
+        raise
+    except RecursionError:
+        raise fault("the view is nested too deeply to render; flatten its markup") from None
+    except Exception as exc:  # a bug here must still reach the caller as our error type
+        raise AotuiError(ErrorCode.E_INTERNAL, f"the view renderer failed: {exc!r}") from exc
+
+
+def _parse(html: str | bytes) -> HtmlElement:
+    if isinstance(html, bytes):
+        html = html.decode("utf-8-sig", "replace")
+    elif not isinstance(html, str):
+        raise fault(f"a view must be HTML text (str or bytes), not {type(html).__name__}")
+    if "\r" in html:
+        html = html.replace("\r\n", "\n").replace("\r", "\n")
+    if _BAD_INPUT.search(html):
+        html = _BAD_INPUT.sub(lambda found: " " if found.group() == "\x0c" else "", html)
+    if not html.strip():
+        raise _no_root()
+    # A fresh parser per call: lxml parsers must not be shared between threads.
+    parser = HTMLParser(encoding="utf-8", remove_comments=True, remove_pis=True)
+    try:
+        return document_fromstring(html.encode("utf-8"), parser=parser)
+    except (etree.LxmlError, ValueError) as exc:
+        raise fault(f"the view's HTML could not be parsed: {exc}") from None
+
+
+def _no_root() -> AotuiError:
+    return fault(
+        'the document has no view root: mark its root element with view="Name", '
+        'e.g. <section view="Conversation">'
+    )
+
+
+class _ViewRenderer(MarkdownRenderer):
+    """The Markdown renderer plus the semantic marks and the tables they fill."""
+
+    marks = frozenset(_MARK_ORDER)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root: HtmlElement | None = None
+        self.refs: dict[str, Any] = {}
+        self.keys: dict[str, str] = {}
+        self.ref_types: dict[str, str] = {}
+        self.lists: dict[str, str] = {}
+        self.entities: set[str] = set()
+        self.operations: dict[str, OperationSpec] = {}
+        # Filled in document order: a slot is taken before the link's content is rendered.
+        self.links: list[ViewLink | None] = []
+        self.link_keys: set[str] = set()
+
+    def render(self, doc: HtmlElement) -> RenderedView:
+        """Render the document's one view."""
+        roots: list[HtmlElement] = doc.xpath("//*[@view]")
+        if not roots:
+            raise _no_root()
+        root = self.root = roots[0]
+        name = collapse(root.get("view"))
+        if len(roots) > 1:
+            inner = roots[1]
+            where = "inside" if any(up is root for up in inner.iterancestors()) else "beside"
+            raise fault(
+                f'view="{collapse(inner.get("view"))}" sits {where} view "{name}": one document '
+                'holds one view; render it as its own document and link it with view-link="key"'
+            )
+        if not name or _BAD_NAME.search(name) or len(name) > 200:
+            raise fault(f'view="{name}" is not a usable view name: 1-200 characters, no " < >')
+        mark = self._which(root)
+        if mark is not None:
+            raise fault(
+                f'the view root cannot also carry {mark}="…"; put it on an element inside the view'
+            )
+        flow = Flow()
+        self.element(root, flow)
+        flow.flush()
+        if self.operations:
+            flow.blocks.append(("heading", 4, ["Operations"]))
+            flow.blocks.append(("list", 0, operation_lines(self.operations.values())))
+        return RenderedView(
+            name=escape_structural(name),
+            description=escape_structural(collapse(root.get("description"))),
+            markdown=escape_structural(finish(assemble(flow.blocks))),
+            refs=self.refs,
+            keys=self.keys,
+            ref_types=self.ref_types,
+            lists=self.lists,
+            operations=tuple(self.operations.values()),
+            links=tuple(link for link in self.links if link is not None),
+        )
+
+    # --- dispatch ----------------------------------------------------------------------------
+
+    def _which(self, el: HtmlElement) -> str | None:
+        """The one mark an element carries (``view`` is allowed on the root only)."""
+        keys = el.keys()
+        found = [mark for mark in _MARK_ORDER if mark in keys]
+        if "list" in found and el.tag == "input":
+            found.remove("list")  # HTML's own <input list="datalist-id">
+        if "view" in found:
+            if el is not self.root:
+                raise fault(
+                    f'view="{collapse(el.get("view"))}" inside a view: one document holds one '
+                    'view; render it as its own document and link it with view-link="key"'
+                )
+            found.remove("view")
+        if len(found) > 1:
+            attrs = " and ".join(f'{mark}="{el.get(mark)}"' for mark in found)
+            raise fault(f"one element carries {attrs}: use one mark per element and nest them")
+        return found[0] if found else None
+
+    def mark(self, el: HtmlElement, flow: Flow) -> None:
+        """Render an element carrying a semantic mark."""
+        mark = self._which(el)
+        if mark == "operation":
+            self._operation(el)
+        elif mark == "list":
+            self._semantic_list(el, flow)
+        elif mark == "entity":
+            self._entity(el, flow)
+        elif mark == "view-link":
+            flow.add(("list", 0, self._link_item(el, "- ", None, "")))
+        else:
+            self.element(el, flow)
+
+    def check_unmarked(self, el: HtmlElement, context: str) -> None:
+        """Refuse marks inside text that is taken verbatim (``pre``, operation labels, forms)."""
+        if not self.marks.isdisjoint(el.keys()):
+            mark = self._which(el)
+            if mark is not None:
+                raise fault(
+                    f'{mark}="{el.get(mark)}" sits inside {context}, where marks do not work'
+                )
+
+    def item(self, el: HtmlElement, marker: str) -> list[str] | None:
+        """An item of an ordinary list, which may itself be a view link, entity or list."""
+        keys = el.keys()
+        mark = self._which(el) if keys and not self.marks.isdisjoint(keys) else None
+        if mark is None:
+            return super().item(el, marker)
+        if mark == "operation":
+            self._operation(el)
+            return None
+        if mark == "view-link":
+            return self._link_item(el, marker, None, "")
+        if mark == "entity":
+            entity_id, target = self._claim_entity(el)
+            return self._link_item(el, marker, target, entity_id)
+        sub = Flow()
+        self._semantic_list(el, sub)
+        label, rest = _take_label(sub.blocks, _LIST_LABEL)
+        return item_lines(marker, label or [], rest)
+
+    # --- marks -------------------------------------------------------------------------------
+
+    def _link_item(
+        self, el: HtmlElement, marker: str, target: str | None, fallback: str
+    ) -> list[str]:
+        """An item whose label is a link: to ``target``, or to the view link the item carries."""
+        subs: list[str] = []
+        slot = -1
+        key = description = ""
+        if target is None:
+            key, description, slot = self._claim_link(el)
+            target, fallback = f"view:@{key}", key
+            if description:
+                subs.append(f"Description: {description}")
+        label: list[str] | None
+        rest: list[Block] = []
+        if len(el) == 0:  # the common item: text only
+            label = inline_lines(el.text or "")
+        else:
+            sub = Flow(True)
+            saved = self.heading
+            self.children(el, sub)
+            self.heading = saved
+            sub.flush()
+            label, rest = _take_label(sub.blocks)
+        text = " ".join(label) if label else fallback
+        if slot >= 0:
+            self.links[slot] = ViewLink(
+                key, escape_structural(text), escape_structural(description)
+            )
+        return item_lines(marker, [f"[{link_label(text)}]({target})"], rest, subs)
+
+    def _claim_id(self, ident: str, what: str) -> None:
+        if ident in self.lists or ident in self.entities:
+            raise fault(
+                f'{what}: the id "{ident}" is already used by a list or entity in this view; '
+                "list and entity ids must be unique within a view"
+            )
+
+    def _claim_link(self, el: HtmlElement) -> tuple[str, str, int]:
+        key = link_key((el.get("view-link") or "").strip())
+        if key in self.link_keys:
+            raise fault(f'view-link="{key}" appears twice in this view; link each child once')
+        self.link_keys.add(key)
+        self.links.append(None)
+        return key, collapse(el.get("description")), len(self.links) - 1
+
+    def _claim_entity(self, el: HtmlElement) -> tuple[str, str]:
+        spec = (el.get("entity") or "").strip()
+        entity_type, entity_id = entity_spec(spec)
+        self._claim_id(entity_id, f'entity="{spec}"')
+        self.entities.add(entity_id)
+        self.refs[entity_id] = parse_value(el.get("data-value"), f"entity {entity_id}")
+        self.keys[entity_id] = entity_id
+        self.ref_types[entity_id] = entity_type
+        return entity_id, f"{entity_type}:{entity_id}"
+
+    def _entity(self, el: HtmlElement, flow: Flow) -> None:
+        entity_id, target = self._claim_entity(el)
+        if flow.plain:  # inside another link's label: a link in a link would not read
+            self.element(el, flow)
+            return
+        sub = Flow(True)
+        self.element(el, sub)
+        if not sub.blocks:
+            text = " ".join(inline_lines("".join(sub.inline))) or entity_id
+            flow.inline.append(f"[{link_label(text)}]({target})")
+            return
+        sub.flush()
+        kind, level, lines = sub.blocks[0]
+        if kind in ("para", "heading"):
+            sub.blocks[0] = (kind, level, [f"[{link_label(' '.join(lines))}]({target})"])
+        else:
+            sub.blocks.insert(0, ("para", 0, [f"[{link_label(entity_id)}]({target})"]))
+        flow.splice(sub)
+
+    def _semantic_list(self, el: HtmlElement, flow: Flow) -> None:
+        spec = (el.get("list") or "").strip()
+        item_type, list_id = list_spec(spec)
+        self._claim_id(list_id, f'list="{spec}"')
+        self.lists[list_id] = item_type
+        title = collapse(el.get("title")) or list_id
+        level = min(max(self.heading + 1, 3), 6)
+        flow.add(("listhead", level, [f"[{link_label(title)}]({item_type}[]:{list_id})"]))
+        ordered = el.tag == "ol"
+        lines: list[str] = []
+        seen: dict[str, int] = {}
+        index = 0
+        for child in el:
+            if type(child.tag) is not str or child.tag in DROPPED:
+                continue
+            ref = f"{list_id}[{index}]"
+            key = child.get("key")
+            if not key:
+                raise fault(
+                    f'item {ref} of list {list_id} has no key: every item needs key="…", '
+                    "the app's stable id for it",
+                    list=list_id,
+                    index=index,
+                )
+            if key in seen:
+                raise fault(
+                    f'duplicate key "{key}" in list {list_id} (items {seen[key]} and {index}); '
+                    "keys must be unique within a list",
+                    list=list_id,
+                    index=index,
+                )
+            seen[key] = index
+            self.refs[ref] = parse_value(child.get("data-value"), f"{ref} (key {key})")
+            self.keys[ref] = key
+            self.ref_types[ref] = item_type
+            marker = f"{index + 1}. " if ordered else "- "
+            keys = child.keys()
+            mark = self._which(child) if not self.marks.isdisjoint(keys) else None
+            if mark == "view-link":
+                lines.extend(self._link_item(child, marker, None, ""))
+            elif mark is None:
+                lines.extend(self._link_item(child, marker, f"{item_type}:{ref}", key))
+            else:
+                raise fault(
+                    f'item {ref} of list {list_id} cannot also carry {mark}="{child.get(mark)}"; '
+                    "put it on an element inside the item",
+                    list=list_id,
+                    index=index,
+                )
+            index += 1
+        if lines:
+            flow.add(("list", 0, lines))
+
+    def _operation(self, el: HtmlElement) -> None:
+        op_id = operation_id((el.get("operation") or "").strip())
+        if op_id in self.operations:
+            raise fault(
+                f"operation {op_id} appears twice in this view; each operation is declared once "
+                "(take the item it acts on as an argument)",
+                operation=op_id,
+            )
+        what = f"operation {op_id}"
+        source = el
+        if el.tag == "form":  # a form's label is its submit button, not every field's text
+            buttons = el.xpath(".//button | .//input[@type='submit']")
+            source = buttons[0] if buttons else el
+        label = (
+            collapse(self.raw_text(source, what, skip=_LABEL_SKIP))
+            or collapse(source.get("aria-label") or source.get("title"))
+            or collapse(source.get("value") if source.tag == "input" else None)
+            or op_id
+        )
+        description = collapse(el.get("description"))
+        args = operation_args(el.get("args"), op_id)
+        self.operations[op_id] = OperationSpec(
+            op_id, escape_structural(label), escape_structural(description), args
+        )

@@ -1,0 +1,361 @@
+"""The worker: one process per running app, serving its channel to the supervisor.
+
+Start path (forked by :mod:`sandbox.zygote`): the zygote's child closes every inherited descriptor
+and calls :func:`run_worker`, which applies confinement (:func:`sandbox.confine.confine`) **before**
+the app's entry module is imported, then creates its own ZeroMQ context and connects to its channel.
+
+Protocol on the channel (a PAIR socket, one per worker incarnation): the supervisor sends
+:class:`~protocol.messages.Start`; the worker loads the app, restores state, mounts its root views
+and answers :class:`~protocol.messages.Hello` followed by the first
+:class:`~protocol.messages.FragmentUpdate`. Every request after that is answered by changed
+fragments (if any) and then exactly one :class:`~protocol.messages.Ack` or
+:class:`~protocol.messages.ErrorReply`, in that order, which is what makes read-your-writes hold.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import zmq
+
+from protocol import codec
+from protocol.errors import AotuiError, ErrorCode
+from protocol.messages import (
+    Ack,
+    AppState,
+    ChildLink,
+    Dismount,
+    ErrorReply,
+    FragmentUpdate,
+    Hello,
+    LogRecord,
+    Message,
+    Mount,
+    Operation,
+    Ping,
+    Pong,
+    Serialize,
+    Shutdown,
+    Start,
+    ViewFragment,
+)
+from sandbox.confine import confine
+from sandbox.render import render_view
+from sandbox.sdk import App, OperationCall, View
+
+__all__ = ["PROTOCOL", "WorkerLoop", "run_worker"]
+
+#: Version of the worker ↔ supervisor conversation, sent in :class:`Hello`.
+PROTOCOL = 1
+
+#: How long a new worker waits for its :class:`Start` before giving up.
+START_TIMEOUT_S = 30.0
+
+
+def load_app(app_dir: str, entry: str, app_id: str) -> App:
+    """Import the app's entry module and return its module-level ``app`` (an :class:`App`)."""
+    path = Path(app_dir, entry)
+    sys.path.insert(0, app_dir)
+    spec = importlib.util.spec_from_file_location(f"aotui_app_{app_id}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load entry {entry!r} from {app_dir}")
+    module: ModuleType = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    app = getattr(module, "app", None)
+    if not isinstance(app, App):
+        raise TypeError(f"{entry} must define `app = YourApp()` (an aotui App instance)")
+    return app
+
+
+class WorkerLoop:
+    """Serves one app on one channel: renders views, runs handlers, answers the supervisor."""
+
+    def __init__(self, app: App, sock: zmq.Socket[bytes], wake_fd: int) -> None:
+        self.app = app
+        self.sock = sock
+        self.wake_fd = wake_fd
+        self.revision = 0
+        self.mounted: dict[str, View] = {}
+        self.parents: dict[str, str | None] = {}
+        self.sent: dict[str, ViewFragment] = {}
+        self.running = True
+
+    # --- sending --------------------------------------------------------------------------------
+
+    def send(self, message: Message) -> None:
+        """Encode and send one message on the channel."""
+        self.sock.send(codec.encode(message), copy=False)
+
+    def log(self, message: str, level: str = "info") -> None:
+        """A line for the desktop's System Logs."""
+        self.send(LogRecord(level=level, message=message[:2000]))
+
+    # --- views ----------------------------------------------------------------------------------
+
+    def mount(self, key: str, *, root: bool = False) -> None:
+        """Mount the view with ``key``; raises ``E_NOT_FOUND`` for a view the app cannot resolve."""
+        view = self.app.view(key)
+        if view is None:
+            raise AotuiError(ErrorCode.E_NOT_FOUND, f"the app has no view with key {key!r}")
+        if root:
+            self.parents[key] = None
+        self.mounted[key] = view
+
+    def dismount(self, key: str) -> None:
+        """Dismount ``key`` and, like a component tree, every view mounted beneath it."""
+        doomed = {key}
+        changed = True
+        while changed:
+            changed = False
+            for child, parent in self.parents.items():
+                if parent in doomed and child not in doomed and child in self.mounted:
+                    doomed.add(child)
+                    changed = True
+        for victim in doomed:
+            self.mounted.pop(victim, None)
+
+    def render_one(self, key: str, view: View | None) -> ViewFragment:
+        """Render one view into a fragment; a failing view shows its error instead of crashing."""
+        parent = self.parents.get(key)
+        if view is None:
+            old = self.sent.get(key)
+            name = old.name if old else key
+            return ViewFragment(key, name, parent, False, "", {}, {}, {}, [], [])
+        try:
+            rendered = render_view(view.render())
+        except Exception as exc:  # an app bug must not take the worker down
+            message = exc.message if isinstance(exc, AotuiError) else f"{type(exc).__name__}: {exc}"
+            old = self.sent.get(key)
+            return ViewFragment(
+                key,
+                old.name if old else type(view).__name__,
+                parent,
+                True,
+                f"**This view failed to render:** {message}\n",
+                {},
+                {},
+                {},
+                [],
+                [],
+            )
+        links = [ChildLink(link.key, link.label, link.description) for link in rendered.links]
+        for link in links:
+            self.parents.setdefault(link.key, key)
+        return ViewFragment(
+            key=key,
+            name=rendered.name,
+            parent=parent,
+            mounted=True,
+            markdown=rendered.markdown,
+            refs=dict(rendered.refs),
+            keys=dict(rendered.keys),
+            ref_types=dict(rendered.ref_types),
+            operations=list(rendered.operations),
+            links=links,
+        )
+
+    def flush(self, force: bool = False) -> None:
+        """Re-render every mounted view and send the ones that changed as one update."""
+        changed: list[ViewFragment] = []
+        for key in list(self.sent) + [k for k in self.mounted if k not in self.sent]:
+            fragment = self.render_one(key, self.mounted.get(key))
+            if self.sent.get(key) != fragment:
+                self.sent[key] = fragment
+                changed.append(fragment)
+        if changed or force:
+            self.revision += 1
+            self.send(FragmentUpdate(revision=self.revision, views=changed, removed=[]))
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def state(self) -> Any:
+        """The app's serialized data, or ``None`` when its hook fails (logged)."""
+        try:
+            return self.app.serialize()
+        except Exception as exc:
+            self.log(f"serialize() failed: {type(exc).__name__}: {exc}", "error")
+            return None
+
+    def reply_error(self, request_id: int, exc: BaseException) -> None:
+        """Answer a request with the error ``exc`` maps to."""
+        if isinstance(exc, AotuiError):
+            code, message = exc.code, exc.message
+        elif isinstance(exc, PermissionError):
+            code, message = ErrorCode.E_PERMISSION, f"permission denied: {exc}"
+            self.log(f"permission denied: {exc}", "warning")
+        else:
+            code, message = ErrorCode.E_APP_ERROR, f"{type(exc).__name__}: {exc}"
+        self.send(ErrorReply(request_id=request_id, code=code.value, message=message))
+
+    def handle(self, message: Message) -> None:
+        """Serve one message from the supervisor."""
+        if isinstance(message, Ping):
+            self.send(Pong(seq=message.seq))
+        elif isinstance(message, Operation):
+            self.run_operation(message)
+        elif isinstance(message, Mount | Dismount):
+            try:
+                if isinstance(message, Mount):
+                    self.mount(message.view)
+                else:
+                    self.dismount(message.view)
+            except Exception as exc:
+                self.reply_error(message.request_id, exc)
+                return
+            self.flush()
+            self.send(Ack(request_id=message.request_id, revision=self.revision))
+        elif isinstance(message, Serialize):
+            self.send(AppState(request_id=message.request_id, data=self.state()))
+        elif isinstance(message, Shutdown):
+            self.running = False
+
+    def run_operation(self, message: Operation) -> None:
+        """Run one handler, then send the changed fragments and the ack (or error)."""
+        call = OperationCall(message.op_id, message.args, message.stable_keys)
+        if message.view == "":  # an event for the app itself, e.g. the user's side of a chat
+            target = self.app.handle_event
+        else:
+            view = self.mounted.get(message.view)
+            if view is None:
+                self.reply_error(
+                    message.request_id,
+                    AotuiError(ErrorCode.E_NOT_FOUND, f"view {message.view!r} is not mounted"),
+                )
+                return
+            if message.op_id not in view.handlers:
+                self.reply_error(
+                    message.request_id,
+                    AotuiError(
+                        ErrorCode.E_APP_ERROR,
+                        f"the app declares operation {message.op_id!r} but has no handler for it",
+                    ),
+                )
+                return
+            target = view.handle
+        try:
+            result = target(call)
+        except Exception as exc:
+            self.flush()
+            self.reply_error(message.request_id, exc)
+            return
+        self.flush()
+        try:
+            frame = codec.encode(
+                Ack(
+                    request_id=message.request_id,
+                    revision=self.revision,
+                    result=result,
+                    state=self.state(),
+                )
+            )
+        except AotuiError as exc:
+            self.reply_error(
+                message.request_id,
+                AotuiError(ErrorCode.E_APP_ERROR, f"the handler's result cannot be sent: {exc}"),
+            )
+            return
+        self.sock.send(frame, copy=False)
+
+    def run_callbacks(self) -> None:
+        """Run due timers and posted callbacks, then send what changed."""
+        due = self.app.due_callbacks(time.monotonic())
+        for callback in due:
+            try:
+                callback()
+            except Exception as exc:
+                self.log(f"timer callback failed: {type(exc).__name__}: {exc}", "error")
+        if due:
+            self.flush()
+
+    def serve(self) -> None:
+        """The loop: wait for a message, a timer or a wake-up; never blocks on anything else."""
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.wake_fd, zmq.POLLIN)
+        while self.running:
+            delay = self.app.next_timer_delay(time.monotonic())
+            timeout = None if delay is None else max(0, int(delay * 1000) + 1)
+            events = dict(poller.poll(timeout))
+            if self.wake_fd in events:
+                os.read(self.wake_fd, 4096)
+            if self.sock in events:
+                while self.running:
+                    try:
+                        frame = self.sock.recv(zmq.NOBLOCK, copy=True)
+                    except zmq.Again:
+                        break
+                    self.handle(codec.decode(frame))
+            self.run_callbacks()
+
+
+def run_worker(
+    app_id: str, app_dir: str, entry: str, endpoint: str, policy: dict[str, Any] | None = None
+) -> int:
+    """The worker process's main: confine, connect, load the app, serve; returns the exit code."""
+    confine(policy or {})
+    context = zmq.Context(1)
+    sock = context.socket(zmq.PAIR)
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.connect(endpoint)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not sock.poll(int(START_TIMEOUT_S * 1000)):
+            return 3
+        start = codec.decode(sock.recv())
+        if not isinstance(start, Start):
+            return 3
+        try:
+            app = load_app(app_dir, entry, app_id)
+            loop = WorkerLoop(app, sock, wake_r)
+            app.log = loop.log
+
+            def wake() -> None:
+                try:
+                    os.write(wake_w, b"\0")
+                except BlockingIOError:
+                    pass  # the pipe is full, so the loop is already due to wake
+
+            app.wakeup = wake
+            if start.restore is not None:
+                app.restore(start.restore)
+            app.on_start()
+            for root in app.roots():
+                app.add_view(root)
+                loop.mount(root.key, root=True)
+            # Restored views come in mount order, so each parent renders (and records its
+            # links) before its children are mounted again.
+            for key in start.mounted:
+                for mounted_key, view in list(loop.mounted.items()):
+                    if mounted_key not in loop.sent:
+                        loop.sent[mounted_key] = loop.render_one(mounted_key, view)
+                if key not in loop.mounted and app.view(key) is not None:
+                    loop.mount(key)
+            loop.sent.clear()
+        except Exception as exc:
+            detail = "".join(traceback.format_exception(exc)).strip()
+            sock.send(codec.encode(LogRecord(level="error", message=detail[-2000:])))
+            sock.send(
+                codec.encode(
+                    ErrorReply(
+                        request_id=0,
+                        code=ErrorCode.E_APP_ERROR.value,
+                        message=f"the app failed to start: {type(exc).__name__}: {exc}",
+                    )
+                )
+            )
+            return 1
+        loop.send(Hello(pid=os.getpid(), protocol=PROTOCOL))
+        loop.flush(force=True)
+        loop.serve()
+        return 0
+    finally:
+        sock.close(linger=2000)
+        context.term()

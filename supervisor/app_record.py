@@ -1,0 +1,118 @@
+"""One installed app as the desktop tracks it: its state machine, views, logs and worker."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import AotuiError, ErrorCode
+from supervisor.manifest import Manifest
+from supervisor.view_tree import ViewTree
+
+if TYPE_CHECKING:
+    from supervisor.worker_handle import WorkerHandle
+
+__all__ = ["TRANSITIONS", "AppRecord", "AppStatus"]
+
+
+class AppStatus(enum.Enum):
+    """The state of an installed app, in the words of CONTRACT §8."""
+
+    #: Installed, no worker.
+    NOT_RUNNING = "not running"
+    #: A worker is being launched and has not shown its first views yet.
+    STARTING = "starting"
+    #: The worker serves and its views are in the snapshot.
+    RUNNING = "running"
+    #: The worker serves but the app shows no block in the snapshot.
+    COLLAPSED = "collapsed"
+    #: The worker died unexpectedly and a new one is being started.
+    RESTARTING = "restarting"
+    #: The app crashed too often; ``open`` clears it.
+    FAILED = "failed"
+    #: The worker was asked to exit.
+    STOPPING = "stopping"
+
+
+#: Allowed transitions; :meth:`AppRecord.transition` refuses anything else.
+TRANSITIONS: dict[AppStatus, frozenset[AppStatus]] = {
+    AppStatus.NOT_RUNNING: frozenset({AppStatus.STARTING}),
+    AppStatus.STARTING: frozenset(
+        {AppStatus.RUNNING, AppStatus.NOT_RUNNING, AppStatus.FAILED, AppStatus.RESTARTING}
+    ),
+    AppStatus.RUNNING: frozenset(
+        {AppStatus.COLLAPSED, AppStatus.STOPPING, AppStatus.RESTARTING, AppStatus.FAILED}
+    ),
+    AppStatus.COLLAPSED: frozenset(
+        {AppStatus.RUNNING, AppStatus.STOPPING, AppStatus.RESTARTING, AppStatus.FAILED}
+    ),
+    AppStatus.RESTARTING: frozenset({AppStatus.STARTING, AppStatus.FAILED, AppStatus.NOT_RUNNING}),
+    AppStatus.FAILED: frozenset({AppStatus.STARTING}),
+    AppStatus.STOPPING: frozenset({AppStatus.NOT_RUNNING}),
+}
+
+
+@dataclass
+class AppRecord:
+    """An installed app: identity, state, views, operation log and crash history."""
+
+    app_id: str
+    manifest: Manifest
+    log_entries: int = 50
+    status: AppStatus = AppStatus.NOT_RUNNING
+    views: ViewTree = field(default_factory=ViewTree)
+    worker: WorkerHandle | None = None
+    #: The app's serialized data as of its last acknowledged operation.
+    saved_state: Any = None
+    #: View keys to mount again when a restarted worker starts.
+    restore_views: list[str] = field(default_factory=list)
+    restarts: int = 0
+    #: Why the last worker ended: ``exit 1``, ``signal 9``, ``timeout``…
+    last_exit: str = ""
+    #: Monotonic times of recent crashes, for the restart intensity check.
+    crash_times: deque[float] = field(default_factory=lambda: deque(maxlen=16))
+    op_log: deque[tuple[float, str]] = field(init=False)
+    on_transition: Callable[[AppRecord, AppStatus, AppStatus], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.op_log = deque(maxlen=self.log_entries)
+
+    @property
+    def name(self) -> str:
+        """The app's display name."""
+        return self.manifest.name
+
+    @property
+    def is_live(self) -> bool:
+        """Whether a worker serves the app (running or collapsed)."""
+        return self.status in (AppStatus.RUNNING, AppStatus.COLLAPSED)
+
+    def transition(self, new: AppStatus) -> None:
+        """Move to ``new`` if the table allows it, telling ``on_transition``."""
+        old = self.status
+        if new is old:
+            return
+        if new not in TRANSITIONS[old]:
+            raise AotuiError(
+                ErrorCode.E_INTERNAL, f"{self.app_id}: illegal transition {old.value} → {new.value}"
+            )
+        self.status = new
+        if self.on_transition is not None:
+            self.on_transition(self, old, new)
+
+    def log_operation(self, text: str) -> None:
+        """Add a line to the app's Operation Log."""
+        self.op_log.append((time.time(), text))
+
+    def require_live(self) -> None:
+        """``E_INVALID_CMD`` telling the agent to open the app first, unless it is live."""
+        if not self.is_live:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"{self.app_id} ({self.name}) is {self.status.value}; open it first: "
+                f"<context>open --application {self.app_id}</context>",
+            )

@@ -1,0 +1,288 @@
+"""The ``aotui`` command line (CONTRACT §8).
+
+Exit codes are those of CONTRACT §7 (``ErrorCode.exit_code``); 69 when no desktop is running.
+Every command takes ``--json`` for machine-readable output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
+from supervisor.client import Client, DesktopUnavailable
+from supervisor.config import load_config
+from supervisor.paths import DesktopPaths
+
+__all__ = ["main"]
+
+EPILOG = """\
+examples:
+  aotui up --detach                 start the default desktop in the background
+  aotui snapshot                    print what the agent reads
+  aotui exec '<context>open --application app_2</context>'
+  echo '<context app_id="app_2" view_id="view_0">execute add_note --text hi</context>' | aotui exec
+  aotui say "Hello agent"           post a user message into the chat app
+  aotui status                      apps, pids, memory, CPU, restarts
+  aotui down                        stop the desktop and every worker
+exit codes: 0 ok, 64 invalid command, 65 not found, 69 no desktop, 70 app/internal error,
+            75 stale/locked/timeout (retry), 77 permission
+"""
+
+
+def _client(args: argparse.Namespace, timeout_s: float = 30.0) -> Client:
+    return Client(args.desktop, args.socket, timeout_s=timeout_s)
+
+
+def _emit(args: argparse.Namespace, result: Any, text: str | None = None) -> None:
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    elif text is not None:
+        print(text)
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start a desktop (foreground, or detached and wait until it answers)."""
+    config = load_config(args.config, desktop=args.desktop)
+    paths = DesktopPaths.for_desktop(config.desktop, args.socket)
+    with Client(config.desktop, args.socket) as probe:
+        try:
+            running = probe.ping(timeout_s=1.0)
+        except DesktopUnavailable:
+            running = None
+    if running is not None:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"desktop {config.desktop!r} is already running (pid {running['pid']})",
+        )
+    if args.detach:
+        paths.create()
+        command = [sys.executable, "-m", "supervisor", "up", "--desktop", config.desktop]
+        if args.config:
+            command += ["--config", args.config]
+        if args.socket:
+            command += ["--socket", args.socket]
+        with open(paths.log, "ab") as log:
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+        deadline = time.monotonic() + 30
+        with Client(config.desktop, args.socket) as client:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    raise DesktopUnavailable(f"the desktop exited at start; see {paths.log}")
+                try:
+                    info = client.ping(timeout_s=0.5)
+                    break
+                except DesktopUnavailable:
+                    time.sleep(0.05)
+            else:
+                process.kill()
+                raise DesktopUnavailable(f"the desktop did not start in 30 s; see {paths.log}")
+        _emit(args, info, f"desktop {config.desktop!r} up (pid {info['pid']}) at {paths.root}")
+        return 0
+    from supervisor.server import Supervisor
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    print(f"desktop {config.desktop!r} serving at {paths.root} (pid {os.getpid()})", flush=True)
+    asyncio.run(Supervisor(config, paths).serve())
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """Stop the desktop and wait until its process is gone."""
+    with _client(args, timeout_s=10) as client:
+        pid = client.ping()["pid"]
+        client.shutdown()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    _emit(args, {"pid": pid, "stopped": True}, f"desktop stopped (pid {pid})")
+    return 0
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    """Install an app directory; prints the new app_N."""
+    with _client(args) as client:
+        result = client.install(args.app_dir)
+    _emit(args, result, result["app"])
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    """Stop and remove an app."""
+    with _client(args) as client:
+        result = client.uninstall(args.app)
+    _emit(args, result, f"uninstalled {result['app']} ({result['id']})")
+    return 0
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """The status table."""
+    header = ("APP", "ID", "STATE", "PID", "RSS", "CPU%", "RESTARTS", "LAST EXIT")
+    rows = [header]
+    for app in status["apps"]:
+        rss = app["rss_bytes"]
+        rows.append(
+            (
+                app["app"],
+                app["id"],
+                app["state"],
+                str(app["pid"] or "-"),
+                f"{rss / 1048576:.1f}M" if rss else "-",
+                f"{app['cpu_percent']:.0f}" if app["cpu_percent"] is not None else "-",
+                str(app["restarts"]),
+                app["last_exit"] or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        f"desktop {status['desktop']}  supervisor pid {status['pid']}  "
+        f"rss {status['rss_bytes'] / 1048576:.1f}M  fds {status['open_fds']}  "
+        f"uptime {status['uptime_s']:.0f}s  input lease: {status['lease_owner'] or 'free'}",
+        "",
+    ]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Supervisor and per-app status table."""
+    with _client(args) as client:
+        status = client.status()
+    _emit(args, status, format_status(status))
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    """Print the desktop snapshot."""
+    with _client(args) as client:
+        result = client.call("snapshot")
+    if args.json:
+        _emit(args, result)
+    else:
+        sys.stdout.write(result["markdown"])
+        if not args.plain:
+            print(f"[snapshot {result['snapshot_id']}]", file=sys.stderr)
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    """Run an agent message from the argument or stdin."""
+    text = args.text if args.text is not None else sys.stdin.read()
+    with _client(args) as client:
+        result = client.execute(text, snapshot_id=args.snapshot)
+    _emit(args, result, f"ok: {result['ran']} command(s) ran")
+    return 0
+
+
+def cmd_say(args: argparse.Namespace) -> int:
+    """Post a user message into the chat app."""
+    with _client(args) as client:
+        result = client.say(args.text)
+    _emit(args, {"result": result}, "sent")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Live inspector: redraw the snapshot on every signal, with the status table."""
+    from supervisor.watch import watch
+
+    with _client(args) as client:
+        return watch(client, args.max_updates, args.json)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """A scripted agent session on the bundled apps."""
+    from supervisor.demo import run_demo
+
+    return run_demo(json_output=args.json)
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "up": (cmd_up, "start a desktop"),
+    "down": (cmd_down, "stop the desktop and every worker"),
+    "install": (cmd_install, "install an app directory (prints app_N)"),
+    "uninstall": (cmd_uninstall, "stop and remove an app"),
+    "status": (cmd_status, "supervisor and app status table"),
+    "snapshot": (cmd_snapshot, "print the Markdown desktop the agent reads"),
+    "exec": (cmd_exec, "run <context> commands (argument or stdin)"),
+    "say": (cmd_say, "post a user message into the chat app"),
+    "watch": (cmd_watch, "live snapshot, signals and log"),
+    "demo": (cmd_demo, "a scripted agent session on the bundled apps"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--desktop", default="default", help="desktop name (default: default)")
+    common.add_argument(
+        "--socket", default=None, help="runtime directory (default $AOTUI_SOCKET, XDG, /tmp)"
+    )
+    parser = argparse.ArgumentParser(
+        prog="aotui",
+        description="A text desktop for LLM agents: apps in sandboxed workers, one Markdown view.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parsers = {
+        name: sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        for name, (_, help_text) in COMMANDS.items()
+    }
+    parsers["up"].add_argument("--config", help="desktop TOML config (see configs/desktop.toml)")
+    parsers["up"].add_argument("--detach", action="store_true", help="run in the background")
+    parsers["install"].add_argument("app_dir", help="directory holding aoapp.json")
+    parsers["uninstall"].add_argument("app", help="app_N or manifest id")
+    parsers["snapshot"].add_argument("--plain", action="store_true", help="only the Markdown")
+    parsers["exec"].add_argument("text", nargs="?", help="agent message; stdin when omitted")
+    parsers["exec"].add_argument("--snapshot", help="snapshot id refs resolve against")
+    parsers["say"].add_argument("text", help="the user's message")
+    parsers["watch"].add_argument(
+        "--max-updates", type=int, default=None, help="exit after this many redraws"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``aotui`` script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    handler = COMMANDS[args.command][0]
+    try:
+        return handler(args)
+    except DesktopUnavailable as exc:
+        _report(args, exc)
+        return EXIT_NO_DESKTOP
+    except AotuiError as exc:
+        _report(args, exc)
+        return exc.code.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _report(args: argparse.Namespace, exc: AotuiError) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps({"error": exc.to_dict()}, ensure_ascii=False))
+    else:
+        print(f"aotui: {exc.code.value}: {exc.message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

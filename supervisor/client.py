@@ -1,0 +1,233 @@
+"""The Python client: what a product layer (and the CLI) uses to drive a desktop.
+
+It holds the snapshot id (CONTRACT §6): :meth:`Client.snapshot` stores the id of the snapshot it
+returns and releases the previous one; :meth:`Client.execute` attaches the stored id, so refs
+resolve against what the agent read. The agent never sees the id.
+
+    with Client() as client:
+        client.acquire("my-agent")
+        text = client.snapshot()
+        client.execute('<context>open --application app_2</context>')
+
+A client is not thread-safe; use one per thread (the lease heartbeat thread has its own socket).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import zmq
+
+from protocol import codec
+from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
+from protocol.messages import ErrorReply, Reply, Request, Signal
+from supervisor.paths import DesktopPaths
+
+__all__ = ["Client", "DesktopUnavailable"]
+
+
+class DesktopUnavailable(AotuiError):
+    """No desktop answers at the endpoint (not started, or gone); the CLI exits 69."""
+
+    exit_code = EXIT_NO_DESKTOP
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.E_INTERNAL, message)
+
+
+class Client:
+    """A connection to one desktop's supervisor."""
+
+    def __init__(
+        self,
+        desktop: str = "default",
+        socket_dir: str | None = None,
+        timeout_s: float = 30.0,
+        owner: str | None = None,
+    ) -> None:
+        self.paths = DesktopPaths.for_desktop(desktop, socket_dir)
+        self.timeout_s = timeout_s
+        self.owner = owner
+        self.snapshot_id: str | None = None
+        self._ids = itertools.count(1)
+        self._context = zmq.Context()
+        self._sock: zmq.Socket[bytes] | None = None
+        self._heartbeat: threading.Thread | None = None
+        self._heartbeat_stop = threading.Event()
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def _socket(self) -> zmq.Socket[bytes]:
+        if self._sock is None:
+            control = self.paths.root / "control.sock"
+            if not control.exists():
+                raise DesktopUnavailable(
+                    f"no desktop is running at {self.paths.root} (start one with `aotui up`)"
+                )
+            sock = self._context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(self.paths.control)
+            self._sock = sock
+        return self._sock
+
+    def call(self, method: str, timeout_s: float | None = None, **params: Any) -> Any:
+        """Call a supervisor method; returns its result or raises :class:`AotuiError`."""
+        sock = self._socket()
+        request_id = next(self._ids)
+        sock.send(codec.encode(Request(request_id, method, params)))
+        budget_ms = int((timeout_s if timeout_s is not None else self.timeout_s) * 1000)
+        while True:
+            if not sock.poll(budget_ms):
+                self._drop_socket()
+                if method == "ping" or not self._alive():
+                    raise DesktopUnavailable(
+                        f"the desktop at {self.paths.root} does not answer (is it running?)"
+                    )
+                raise AotuiError(
+                    ErrorCode.E_TIMEOUT, f"the desktop did not answer {method} in time"
+                )
+            reply = codec.decode(sock.recv())
+            if not isinstance(reply, Reply | ErrorReply) or reply.request_id != request_id:
+                continue  # a late answer to a request that already timed out
+            if isinstance(reply, ErrorReply):
+                try:
+                    code = ErrorCode(reply.code)
+                except ValueError:
+                    code = ErrorCode.E_INTERNAL
+                raise AotuiError(code, reply.message, reply.data)
+            return reply.result
+
+    def _alive(self) -> bool:
+        try:
+            pid = int(self.paths.pidfile.read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def _drop_socket(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def close(self) -> None:
+        """Stop the heartbeat, release what this client holds, close the socket."""
+        self._stop_heartbeat()
+        self._drop_socket()
+        self._context.term()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- the desktop ----------------------------------------------------------------------------
+
+    def ping(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """The supervisor's pid and desktop name; :class:`DesktopUnavailable` if none answers."""
+        result: dict[str, Any] = self.call("ping", timeout_s=timeout_s)
+        return result
+
+    def snapshot(self) -> str:
+        """Pull the desktop's Markdown; remembers its snapshot id for the next execute."""
+        result = self.call("snapshot", release=self.snapshot_id)
+        self.snapshot_id = result["snapshot_id"]
+        markdown: str = result["markdown"]
+        return markdown
+
+    def execute(self, command: str | dict[str, Any], snapshot_id: str | None = None) -> Any:
+        """Run an agent message (text with ``<context>`` blocks) or one structured command."""
+        params: dict[str, Any] = {"snapshot_id": snapshot_id or self.snapshot_id}
+        if self.owner is not None:
+            params["owner"] = self.owner
+        if isinstance(command, str):
+            params["text"] = command
+        else:
+            params["command"] = command
+        return self.call("execute", **params)
+
+    def acquire(self, owner: str | None = None, heartbeat: bool = True) -> float:
+        """Take the input lease (renewed by a background heartbeat until :meth:`release`)."""
+        self.owner = owner or self.owner or f"client-{os.getpid()}"
+        lease_s: float = self.call("acquire", owner=self.owner)["lease_s"]
+        if heartbeat and self._heartbeat is None:
+            self._heartbeat_stop.clear()
+            self._heartbeat = threading.Thread(
+                target=self._beat, args=(lease_s / 3,), name="aotui-lease", daemon=True
+            )
+            self._heartbeat.start()
+        return lease_s
+
+    def _beat(self, interval: float) -> None:
+        beat = Client(self.paths.root.name, str(self.paths.root.parent), timeout_s=5.0)
+        try:
+            while not self._heartbeat_stop.wait(interval):
+                try:
+                    beat.call("heartbeat", owner=self.owner)
+                except AotuiError:
+                    return
+        finally:
+            beat.close()
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat_stop.set()
+            self._heartbeat.join(timeout=5)
+            self._heartbeat = None
+
+    def release(self) -> None:
+        """Give the input lease up."""
+        self._stop_heartbeat()
+        if self.owner is not None:
+            self.call("release", owner=self.owner)
+
+    def status(self) -> dict[str, Any]:
+        """Supervisor and per-app status (CONTRACT §8)."""
+        result: dict[str, Any] = self.call("status")
+        return result
+
+    def install(self, app_dir: str | Path) -> dict[str, Any]:
+        """Install an app directory; returns ``{"app": "app_N", ...}``."""
+        result: dict[str, Any] = self.call("install", path=str(Path(app_dir).resolve()))
+        return result
+
+    def uninstall(self, app: str) -> dict[str, Any]:
+        """Stop and remove an app."""
+        result: dict[str, Any] = self.call("uninstall", app=app)
+        return result
+
+    def say(self, text: str) -> Any:
+        """Post a user message into the chat app."""
+        return self.call("say", text=text)
+
+    def shutdown(self) -> None:
+        """Stop the desktop and every process it started."""
+        self.call("shutdown")
+
+    def signals(self, timeout_s: float | None = None) -> Iterator[Signal]:
+        """Yield signals as they are published; stops after ``timeout_s`` of silence."""
+        sock = self._context.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.connect(self.paths.signals)
+        try:
+            while True:
+                if not sock.poll(None if timeout_s is None else int(timeout_s * 1000)):
+                    return
+                message = codec.decode(sock.recv())
+                if isinstance(message, Signal):
+                    yield message
+        finally:
+            sock.close(linger=0)

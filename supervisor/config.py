@@ -1,0 +1,120 @@
+"""Desktop configuration: frozen data, parsed and validated once from TOML.
+
+The documented default is ``configs/desktop.toml``; every key is optional and falls back to the
+values of :class:`DesktopConfig`. Code that touches the OS receives a ``DesktopConfig``; nothing
+else parses config.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import AotuiError, ErrorCode
+
+__all__ = ["BUNDLED_APPS_DIR", "DesktopConfig", "Limits", "load_config"]
+
+#: The apps shipped with aotui (``apps/`` at the top of the source tree).
+BUNDLED_APPS_DIR = Path(__file__).resolve().parent.parent / "apps"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-app resource limits; an app's manifest may lower or raise them (CONTRACT §2)."""
+
+    memory_mb: int = 256
+    cpu_percent: int = 50
+    pids: int = 32
+    open_files: int = 256
+
+
+@dataclass(frozen=True)
+class DesktopConfig:
+    """Everything a desktop is configured with."""
+
+    #: Name of the desktop (also the directory of its endpoints).
+    desktop: str = "default"
+    #: App directories installed when the desktop is created, in order (``app_0`` first).
+    apps: tuple[str, ...] = (
+        "system/chat",
+        "system/thoughts",
+        "notes",
+        "files",
+    )
+    #: Default limits for apps whose manifest does not say.
+    limits: Limits = field(default_factory=Limits)
+    #: Milliseconds an operation handler may run before the agent gets ``E_TIMEOUT``.
+    operation_timeout_ms: int = 5000
+    #: Milliseconds a worker may take from launch to its first fragment.
+    start_timeout_ms: int = 10000
+    #: Seconds a snapshot id stays resolvable (hard TTL).
+    snapshot_ttl_s: float = 600.0
+    #: Most snapshot ids kept at once; the oldest unreferenced ones go first.
+    snapshot_max_entries: int = 256
+    #: Seconds an input lease lasts without a heartbeat.
+    lease_s: float = 30.0
+    #: Most signals per second per desktop.
+    signal_rate_per_s: float = 10.0
+    #: Entries kept in System Logs and in each app's Operation Log.
+    log_entries: int = 50
+    #: Seconds between heartbeats to each worker.
+    heartbeat_s: float = 2.0
+
+    def resolve_app_dir(self, entry: str) -> Path:
+        """An app directory from the config: absolute, or relative to the bundled apps."""
+        path = Path(entry).expanduser()
+        return path if path.is_absolute() else BUNDLED_APPS_DIR / path
+
+
+def _check(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"config key {name!r} must be {getattr(kind, '__name__', kind)}, got {value!r}",
+        )
+    return value
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConfig:
+    """Read a TOML config (or the defaults), apply ``overrides``, validate every key."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as handle:
+                raw = tomllib.load(handle)
+        except OSError as exc:
+            raise AotuiError(ErrorCode.E_NOT_FOUND, f"cannot read config {path}: {exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"config {path} is not TOML: {exc}") from exc
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name: f for f in fields(DesktopConfig)}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"unknown config key {key!r}; known keys: {', '.join(sorted(known))}",
+            )
+        if key == "limits":
+            _check("limits", value, dict)
+            limit_names = {f.name for f in fields(Limits)}
+            for name, number in value.items():
+                if name not in limit_names:
+                    raise AotuiError(ErrorCode.E_INVALID_CMD, f"unknown limit {name!r}")
+                if _check(f"limits.{name}", number, int) <= 0:
+                    raise AotuiError(ErrorCode.E_INVALID_CMD, f"limit {name} must be positive")
+            values[key] = Limits(**value)
+        elif key == "apps":
+            _check("apps", value, (list, tuple))
+            values[key] = tuple(_check("apps[]", item, str) for item in value)
+        elif key == "desktop":
+            values[key] = _check(key, value, str)
+        else:
+            default = known[key].default
+            kind: type | tuple[type, ...] = (int, float) if isinstance(default, float) else int
+            if _check(key, value, kind) <= 0:
+                raise AotuiError(ErrorCode.E_INVALID_CMD, f"config key {key!r} must be positive")
+            values[key] = float(value) if isinstance(default, float) else value
+    return DesktopConfig(**values)

@@ -1,0 +1,152 @@
+"""``aotui demo``: a scripted agent session on the bundled apps, printed as a transcript.
+
+It starts a private desktop (its own runtime directory, so it never touches a desktop you run),
+then acts like an agent would: it reads each snapshot, finds the ids it needs in the text, and
+writes ``<context>`` commands. Every process it starts is stopped before it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from protocol.errors import AotuiError, ErrorCode
+from supervisor.client import Client, DesktopUnavailable
+
+__all__ = ["run_demo"]
+
+_RULE = "─" * 78
+
+
+def _find(markdown: str, label: str, kind: str) -> str:
+    """The id of ``[label](kind:ID…)`` in a snapshot, as an agent would read it."""
+    match = re.search(rf"\[{re.escape(label)}\]\({kind}:([A-Za-z0-9_.]+)", markdown)
+    if match is None:
+        raise AotuiError(ErrorCode.E_NOT_FOUND, f"the snapshot shows no [{label}]({kind}:…)")
+    return match.group(1)
+
+
+def _app_block(markdown: str, app_id: str) -> str:
+    start = markdown.find(f'<application id="{app_id}"')
+    end = markdown.find("</application>", start)
+    return markdown[start : end + len("</application>")] if start >= 0 else ""
+
+
+class Transcript:
+    """Prints the session: snapshots, the agent's messages, the desktop's replies."""
+
+    def __init__(self, client: Client, json_output: bool) -> None:
+        self.client = client
+        self.json_output = json_output
+        self.events: list[dict[str, Any]] = []
+
+    def show(self, title: str, text: str) -> None:
+        self.events.append({"kind": title, "text": text})
+        if not self.json_output:
+            print(f"\n{_RULE}\n{title}\n{_RULE}\n{text.rstrip()}")
+
+    def snapshot(self, focus: str | None = None) -> str:
+        markdown = self.client.snapshot()
+        shown = _app_block(markdown, focus) if focus else markdown
+        label = f"snapshot {self.client.snapshot_id}" + (f" (showing {focus})" if focus else "")
+        self.show(label, shown)
+        return markdown
+
+    def agent(self, message: str) -> Any:
+        self.show("agent", message)
+        result = self.client.execute(message)
+        self.show("desktop", json.dumps(result, ensure_ascii=False))
+        return result
+
+
+def _script(t: Transcript) -> None:
+    markdown = t.snapshot()
+    chat = _find(markdown, "ChatWithUser", "application")
+    thoughts = _find(markdown, "ThoughtRecorder", "application")
+    notes = _find(markdown, "Notes", "application")
+
+    t.show("user (aotui say)", "Can you answer the question in the TUI Tech Group?")
+    t.client.say("Can you answer the question in the TUI Tech Group?")
+
+    block = _app_block(markdown, chat)
+    conversations = _find(block, "Conversations", "view")
+    t.agent(f'<context app_id="{chat}">mount --view {conversations}</context>')
+    block = _app_block(t.snapshot(chat), chat)
+
+    johnny = _find(block, "Johnny", "view")
+    group = _find(block, "TUI Tech Group", "view")
+    t.agent(f'<context app_id="{chat}">\n    mount --view {johnny};\n    mount --view {group};\n</context>')
+    t.snapshot(chat)
+
+    t.agent(
+        "I lead the TUI project, so I answer Jane and note why.\n"
+        f'<context app_id="{chat}" view_id="{group}">\n'
+        '    execute reply_message --message_to_be_replied message_history[1] --content "Me."\n'
+        "</context>\n"
+        f'<context app_id="{thoughts}" view_id="view_0">'
+        'execute record_thought --text "Answered Jane in the TUI group." --tag chat</context>'
+    )
+    t.snapshot(chat)
+
+    t.agent(f"<context>open --application {notes}</context>")
+    t.agent(
+        f'<context app_id="{notes}" view_id="view_0">'
+        'execute add_note --title "TUI" --text "I own the TUI project."</context>'
+    )
+    t.agent(f"<context>collapse --application {chat}</context>")
+    t.snapshot()
+
+    t.show("a mistake the agent can recover from", "mount without app_id")
+    try:
+        t.client.execute("<context>mount --view view_3</context>")
+    except AotuiError as exc:
+        t.show("desktop (error)", f"{exc.code.value} (exit {exc.code.exit_code}): {exc.message}")
+
+
+def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _script) -> int:
+    """Start a private desktop, run the script against it, stop it; returns the exit code."""
+    with tempfile.TemporaryDirectory(prefix="aotui-demo-") as runtime:
+        command = [sys.executable, "-m", "supervisor", "up", "--desktop", "demo", "--socket", runtime]
+        supervisor = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        client = Client("demo", runtime, timeout_s=20)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    client.ping(timeout_s=0.5)
+                    break
+                except DesktopUnavailable:
+                    if supervisor.poll() is not None or time.monotonic() > deadline:
+                        err = supervisor.stderr.read().decode() if supervisor.stderr else ""
+                        print(f"aotui demo: the desktop did not start\n{err}", file=sys.stderr)
+                        return 69
+                    time.sleep(0.05)
+            transcript = Transcript(client, json_output)
+            script(transcript)
+            if json_output:
+                print(json.dumps(transcript.events, ensure_ascii=False, indent=2))
+            else:
+                print(f"\n{_RULE}\ndemo finished: every command was answered.")
+            return 0
+        except AotuiError as exc:
+            print(f"aotui demo: {exc}", file=sys.stderr)
+            return exc.code.exit_code
+        finally:
+            try:
+                client.shutdown()
+            except AotuiError:
+                supervisor.kill()
+            client.close()
+            try:
+                supervisor.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                supervisor.kill()
+                supervisor.wait()

@@ -1,0 +1,431 @@
+"""The desktop: installed apps, their workers, and what every command of CONTRACT §5 does.
+
+Lives inside the supervisor's event loop. Every wait on a worker has a deadline
+(:class:`~supervisor.worker_handle.WorkerHandle`), so one slow app delays only the command that
+waits on it. Changes are reported through ``on_change`` (which the supervisor turns into throttled
+signals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from protocol.args import ResolvedRef, coerce_args, parse_arg_schema, parse_ref
+from protocol.commands import Action, Command
+from protocol.errors import AotuiError, ErrorCode
+from protocol.messages import (
+    Ack,
+    Dismount,
+    Exited,
+    FragmentUpdate,
+    LogRecord,
+    Message,
+    Mount,
+    Operation,
+    Shutdown,
+    Start,
+    ViewFragment,
+)
+from supervisor.app_record import AppRecord, AppStatus
+from supervisor.config import DesktopConfig
+from supervisor.launcher import ZygoteLauncher
+from supervisor.manifest import Manifest, load_manifest
+from supervisor.paths import DesktopPaths
+from supervisor.registry import SnapshotRegistry
+from supervisor.snapshot import RefTable, Snapshot, build_snapshot
+from supervisor.view_tree import ViewTree
+from supervisor.worker_handle import WorkerHandle, describe_exit
+
+__all__ = ["Desktop"]
+
+#: Crashes allowed within ``_CRASH_WINDOW_S`` before an app is marked failed.
+_MAX_CRASHES = 3
+_CRASH_WINDOW_S = 60.0
+
+
+class Desktop:
+    """One agent's workspace: apps by ``app_N``, system log, snapshot registry."""
+
+    def __init__(
+        self,
+        config: DesktopConfig,
+        paths: DesktopPaths,
+        context: zmq.asyncio.Context,
+        on_change: Callable[[str], None],
+    ) -> None:
+        self.config = config
+        self.paths = paths
+        self.context = context
+        self.on_change = on_change
+        self.desktop_id = config.desktop
+        self.created = time.time()
+        self.apps: list[AppRecord] = []
+        self.system_log: deque[tuple[float, str]] = deque(maxlen=config.log_entries)
+        self.registry: SnapshotRegistry[RefTable] = SnapshotRegistry(
+            config.snapshot_ttl_s, config.snapshot_max_entries
+        )
+        self.launcher = ZygoteLauncher(self._worker_exited, self._log_file())
+        self.closing = False
+        # app_N ids follow install order and are never reused while the desktop lives.
+        self._app_numbers = itertools.count()
+
+    def _log_file(self) -> int:
+        return os.open(self.paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the zygote, install the configured apps and open the system apps."""
+        self.launcher.start()
+        for entry in self.config.apps:
+            try:
+                self.install(self.config.resolve_app_dir(entry))
+            except AotuiError as exc:
+                self.log(f"Could not install {entry}: {exc.message}")
+        self.log("Desktop initialized.")
+        await asyncio.gather(
+            *(self.open_app(app) for app in self.apps if app.manifest.system),
+            return_exceptions=True,
+        )
+
+    async def stop(self) -> None:
+        """Stop every worker and the zygote; leaves no process behind."""
+        self.closing = True
+        for app in self.apps:
+            if app.worker is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(app.worker.send(Shutdown("desktop stopping")), 0.2)
+        deadline = time.monotonic() + 1.0
+        while self.launcher.pids and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for app in self.apps:
+            if app.worker is not None:
+                await app.worker.close()
+                app.worker = None
+        self.launcher.stop()
+
+    def log(self, text: str) -> None:
+        """Add a line to System Logs."""
+        self.system_log.append((time.time(), text))
+
+    # --- install --------------------------------------------------------------------------------
+
+    def install(self, app_dir: str | Path) -> AppRecord:
+        """Install the app in ``app_dir``; returns its record with the next ``app_N``."""
+        manifest = load_manifest(app_dir)
+        for app in self.apps:
+            if app.manifest.id == manifest.id:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"{manifest.id} is already installed as {app.app_id}",
+                    {"app": app.app_id},
+                )
+        record = AppRecord(
+            f"app_{next(self._app_numbers)}", manifest, self.config.log_entries, on_transition=self._moved
+        )
+        self.apps.append(record)
+        self.log(f"Installed {manifest.name} ({manifest.id}) as {record.app_id}.")
+        return record
+
+    async def uninstall(self, ref: str) -> AppRecord:
+        """Stop and remove an app; its ``app_N`` is never reused."""
+        app = self.app(ref)
+        if app.manifest.system:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is a system app")
+        await self.close_app(app)
+        self.apps.remove(app)
+        self.log(f"Uninstalled {app.name} ({app.manifest.id}).")
+        return app
+
+    def _moved(self, app: AppRecord, old: AppStatus, new: AppStatus) -> None:
+        if new is AppStatus.RUNNING and old is AppStatus.STARTING:
+            self.on_change("app_opened")
+        elif new is AppStatus.NOT_RUNNING:
+            self.on_change("app_closed")
+        elif new in (AppStatus.RESTARTING, AppStatus.FAILED):
+            self.on_change("app_crashed")
+        else:
+            self.on_change("dom_mutation")
+
+    def app(self, ref: str) -> AppRecord:
+        """An app by ``app_N`` or manifest id; ``E_NOT_FOUND`` listing what exists."""
+        for app in self.apps:
+            if ref in (app.app_id, app.manifest.id):
+                return app
+        known = ", ".join(f"{a.app_id} ({a.name})" for a in self.apps) or "none"
+        raise AotuiError(
+            ErrorCode.E_NOT_FOUND, f"no application {ref!r}; installed: {known}", {"app": ref}
+        )
+
+    # --- workers --------------------------------------------------------------------------------
+
+    async def open_app(self, app: AppRecord) -> None:
+        """Start a worker for ``app`` and wait for its first views."""
+        if app.is_live:
+            if app.status is AppStatus.COLLAPSED:
+                app.transition(AppStatus.RUNNING)
+            return
+        if app.status is AppStatus.STARTING:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is already starting")
+        restarting = app.status is AppStatus.RESTARTING
+        if app.status is AppStatus.FAILED:
+            app.crash_times.clear()
+        app.transition(AppStatus.STARTING)
+        endpoint = f"ipc://{self.paths.workers / f'{app.app_id}-{secrets.token_hex(6)}.sock'}"
+        sock = self.context.socket(zmq.PAIR)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(endpoint)
+        handle = WorkerHandle(app.app_id, endpoint, sock, self._worker_message, self._violation)
+        handle.start()
+        app.worker = handle
+        app.views.reset_fragments()
+        timeout = self.config.start_timeout_ms / 1000
+        try:
+            handle.pid = await self.launcher.launch(
+                app.app_id,
+                str(app.manifest.app_dir),
+                app.manifest.entry,
+                endpoint,
+                {"limits": {**vars(self.config.limits), **app.manifest.limits}},
+            )
+            start = Start(app.app_id, app.saved_state, app.restore_views)
+            await asyncio.wait_for(handle.send(start), timeout)
+            await asyncio.wait_for(asyncio.shield(handle.hello), timeout)
+            await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
+        except (AotuiError, TimeoutError) as exc:
+            await self._discard_worker(app)
+            if app.status is AppStatus.STARTING:
+                app.transition(AppStatus.NOT_RUNNING)
+            if isinstance(exc, AotuiError):
+                raise
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT, f"{app.app_id} did not show its views within {timeout:.1f} s"
+            ) from None
+        app.transition(AppStatus.RUNNING)
+        if restarting:
+            self.on_change("app_restarted")
+        self.log(f"{app.name} {'restarted' if restarting else 'opened'} (pid {handle.pid}).")
+
+    async def close_app(self, app: AppRecord) -> None:
+        """Ask the worker to exit, kill it after a grace period, forget its views."""
+        if app.manifest.system and not self.closing:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"{app.app_id} ({app.name}) is a system app and cannot be closed; "
+                f"collapse it instead: <context>collapse --application {app.app_id}</context>",
+            )
+        if not app.is_live:
+            return
+        app.transition(AppStatus.STOPPING)
+        worker = app.worker
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(worker.send(Shutdown("closed by the agent")), 0.5)
+            await self._wait_exit(worker, 1.0)
+        await self._discard_worker(app)
+        app.views = ViewTree()
+        app.saved_state = None
+        app.restore_views = []
+        app.transition(AppStatus.NOT_RUNNING)
+        self.log(f"{app.name} closed.")
+
+    async def _wait_exit(self, worker: WorkerHandle, grace_s: float) -> None:
+        deadline = time.monotonic() + grace_s
+        while worker.pid in self.launcher.pids and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def _discard_worker(self, app: AppRecord) -> None:
+        worker, app.worker = app.worker, None
+        if worker is None:
+            return
+        if worker.pid is not None and worker.pid in self.launcher.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, 9)
+        await worker.close()
+        with contextlib.suppress(OSError):
+            os.unlink(worker.endpoint.removeprefix("ipc://"))
+
+    def _worker_message(self, worker: WorkerHandle, message: Message) -> None:
+        app = next((a for a in self.apps if a.worker is worker), None)
+        if app is None:
+            return
+        if isinstance(message, FragmentUpdate):
+            app.views.apply(message)
+            if not worker.first_update.done():
+                worker.first_update.set_result(None)
+            elif app.status is AppStatus.RUNNING:
+                self.on_change("dom_mutation")
+        elif isinstance(message, LogRecord):
+            self.log(f"{app.name}: {message.message}")
+
+    def _violation(self, worker: WorkerHandle, error: AotuiError) -> None:
+        app = next((a for a in self.apps if a.worker is worker), None)
+        name = app.name if app else worker.app_id
+        self.log(f"{name} sent a malformed frame ({error.message}); killing it.")
+        if worker.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, 9)
+
+    def _worker_exited(self, exited: Exited) -> None:
+        app = next((a for a in self.apps if a.worker and a.worker.pid == exited.pid), None)
+        if app is None:
+            return
+        app.last_exit = describe_exit(exited.exit_code, exited.signal)
+        worker = app.worker
+        if worker is not None:
+            worker.fail_pending(
+                AotuiError(
+                    ErrorCode.E_APP_ERROR,
+                    f"{app.app_id} ({app.name}) crashed mid-operation ({app.last_exit})",
+                )
+            )
+        if app.status in (AppStatus.STOPPING, AppStatus.STARTING) or self.closing:
+            return
+        asyncio.get_running_loop().create_task(self._crashed(app))
+
+    async def _crashed(self, app: AppRecord) -> None:
+        """Restart a crashed app with its last acknowledged state, or mark it failed."""
+        now = time.monotonic()
+        app.crash_times.append(now)
+        recent = [t for t in app.crash_times if now - t < _CRASH_WINDOW_S]
+        mounted = app.views.mounted_keys()
+        await self._discard_worker(app)
+        if len(recent) > _MAX_CRASHES:
+            app.transition(AppStatus.FAILED)
+            self.log(f"{app.name} crashed {len(recent)} times in a minute ({app.last_exit}); failed.")
+            return
+        app.transition(AppStatus.RESTARTING)
+        app.restarts += 1
+        self.log(f"{app.name} crashed ({app.last_exit}); restarting.")
+        app.restore_views = mounted
+        try:
+            await self.open_app(app)
+        except AotuiError as exc:
+            self.log(f"{app.name} could not restart: {exc.message}")
+
+    # --- commands -------------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[str, Snapshot]:
+        """Assemble a snapshot and record its ref table; returns (snapshot id, snapshot)."""
+        snap = build_snapshot(self.apps, self.system_log)
+        return self.registry.add(snap.refs), snap
+
+    async def run(self, command: Command, refs: RefTable | None) -> Any:
+        """Run one parsed command; returns its result (``None`` for most)."""
+        action = command.action
+        if action is Action.EXECUTE:
+            return await self._execute(command, refs)
+        app = self.app(command.app_id or command.target)
+        if action is Action.OPEN_APPLICATION:
+            await self.open_app(app)
+        elif action is Action.CLOSE_APPLICATION:
+            await self.close_app(app)
+        elif action is Action.COLLAPSE_APPLICATION:
+            app.require_live()
+            app.transition(AppStatus.COLLAPSED)
+        elif action is Action.SHOW_APPLICATION:
+            app.require_live()
+            app.transition(AppStatus.RUNNING)
+        else:
+            await self._view_command(app, action, command.target)
+        return None
+
+    async def _view_command(self, app: AppRecord, action: Action, view_id: str) -> None:
+        app.require_live()
+        key = app.views.key_for(view_id)
+        if action in (Action.HIDE_VIEW, Action.SHOW_VIEW):
+            app.views.mounted_fragment(view_id)
+            (app.views.hidden.add if action is Action.HIDE_VIEW else app.views.hidden.discard)(key)
+            self.on_change("dom_mutation")
+            return
+        worker = app.worker
+        assert worker is not None
+        timeout = self.config.operation_timeout_ms / 1000
+        if action is Action.MOUNT_VIEW:
+            await worker.request(lambda rid: Mount(rid, key), timeout, f"mount {view_id}")
+        else:
+            await worker.request(lambda rid: Dismount(rid, key), timeout, f"dismount {view_id}")
+            app.views.hidden.discard(key)
+        app.log_operation(f"{action.value.split('_')[0]} {view_id}: ok")
+
+    async def _execute(self, command: Command, refs: RefTable | None) -> Any:
+        app = self.app(command.app_id or "")
+        app.require_live()
+        view_id = command.view_id or ""
+        fragment = app.views.mounted_fragment(view_id)
+        spec = next((op for op in fragment.operations if op.op_id == command.target), None)
+        if spec is None:
+            offered = ", ".join(op.op_id for op in fragment.operations) or "none"
+            raise AotuiError(
+                ErrorCode.E_NOT_FOUND,
+                f"{view_id} of {app.app_id} has no operation {command.target!r} "
+                f"(it offers: {offered})",
+            )
+        seen = (refs or {}).get((app.app_id, view_id), fragment)
+        coerced = coerce_args(
+            parse_arg_schema(spec.args), command.args, _resolver(seen, view_id)
+        )
+        worker = app.worker
+        assert worker is not None
+        timeout = self.config.operation_timeout_ms / 1000
+        try:
+            reply = await worker.request(
+                lambda rid: Operation(
+                    rid,
+                    fragment.key,
+                    command.target,
+                    coerced.args,
+                    coerced.stable_keys,
+                    self.config.operation_timeout_ms,
+                ),
+                timeout,
+                f"execute {command.target}",
+            )
+        except AotuiError as exc:
+            app.log_operation(f"execute {command.target}: {exc.code.value} {exc.message}")
+            raise
+        assert isinstance(reply, Ack)
+        if reply.state is not None:
+            app.saved_state = reply.state
+        app.log_operation(f"execute {command.target}: ok")
+        return reply.result
+
+
+def _resolver(fragment: ViewFragment, view_id: str) -> Callable[[str, str], ResolvedRef]:
+    """Resolve refs against the fragment the agent saw."""
+
+    def resolve(ref: str, expected_type: str) -> ResolvedRef:
+        name, index = parse_ref(ref)
+        key = ref
+        lists = {r.split("[", 1)[0] for r in fragment.ref_types if "[" in r}
+        if index is not None and name == "list" and name not in lists and len(lists) == 1:
+            key = f"{next(iter(lists))}[{index}]"
+        if key not in fragment.refs and key not in fragment.keys:
+            known = ", ".join(sorted(fragment.ref_types)[:20]) or "none"
+            raise AotuiError(
+                ErrorCode.E_NOT_FOUND,
+                f"{ref} is not in {view_id} as you saw it (refs there: {known})",
+                {"ref": ref},
+            )
+        actual = fragment.ref_types.get(key, "")
+        if expected_type and actual and actual != expected_type:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"{ref} is a {actual}, but this argument expects a {expected_type}",
+                {"ref": ref},
+            )
+        return ResolvedRef(fragment.refs.get(key), fragment.keys.get(key, key))
+
+    return resolve

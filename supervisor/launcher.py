@@ -1,0 +1,140 @@
+"""The supervisor's side of the zygote: start it, ask it for workers, hear when they end.
+
+The zygote is started with ``subprocess`` (a fresh interpreter, so it holds no ZeroMQ context and no
+descriptor of ours but its end of a socketpair) from the supervisor's main thread, because
+``PR_SET_PDEATHSIG`` fires when the *thread* that forked it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from protocol.errors import AotuiError, ErrorCode
+from protocol.messages import Exited, Launch, Launched, Message
+from protocol.stream import FrameReader, write_frame
+
+__all__ = ["ZygoteLauncher"]
+
+
+class ZygoteLauncher:
+    """Owns the zygote process and the launch conversation with it."""
+
+    def __init__(self, on_exit: Callable[[Exited], None], log: IO[bytes] | int | None = None):
+        self.on_exit = on_exit
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self.reader = FrameReader()
+        self.pending: dict[int, asyncio.Future[Launched]] = {}
+        self.tokens = itertools.count(1)
+        self.pids: set[int] = set()
+
+    def start(self) -> None:
+        """Start the zygote (call from the main thread, inside the running loop)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        root = str(Path(__file__).resolve().parent.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+            env=env,
+        )
+        theirs.close()
+        ours.setblocking(False)
+        self.sock = ours
+        asyncio.get_running_loop().add_reader(ours.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        assert self.sock is not None
+        try:
+            data = self.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._zygote_gone()
+            return
+        try:
+            messages = self.reader.feed(data)
+        except AotuiError:
+            self._zygote_gone()
+            return
+        for message in messages:
+            self._dispatch(message)
+
+    def _dispatch(self, message: Message) -> None:
+        if isinstance(message, Launched):
+            future = self.pending.pop(message.token, None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        elif isinstance(message, Exited):
+            self.pids.discard(message.pid)
+            self.on_exit(message)
+
+    def _zygote_gone(self) -> None:
+        if self.sock is not None:
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+        error = AotuiError(ErrorCode.E_INTERNAL, "the worker launcher (zygote) exited")
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self.pending.clear()
+
+    async def launch(
+        self, app: str, app_dir: str, entry: str, endpoint: str, policy: dict[str, Any]
+    ) -> int:
+        """Fork a worker; returns its pid."""
+        if self.sock is None:
+            raise AotuiError(ErrorCode.E_INTERNAL, "the worker launcher is not started")
+        token = next(self.tokens)
+        future: asyncio.Future[Launched] = asyncio.get_running_loop().create_future()
+        self.pending[token] = future
+        self.sock.setblocking(True)
+        try:
+            write_frame(
+                self.sock, Launch(token, app, app_dir, entry, endpoint, policy)
+            )
+        finally:
+            self.sock.setblocking(False)
+        launched = await asyncio.wait_for(future, 10.0)
+        if launched.error:
+            raise AotuiError(ErrorCode.E_INTERNAL, f"cannot start a worker: {launched.error}")
+        self.pids.add(launched.pid)
+        return launched.pid
+
+    def kill_workers(self) -> None:
+        """SIGKILL every worker still alive."""
+        for pid in list(self.pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                self.pids.discard(pid)
+
+    def stop(self) -> None:
+        """Kill the workers and the zygote, and wait for the zygote."""
+        self.kill_workers()
+        if self.sock is not None:
+            try:
+                asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            except RuntimeError:
+                pass
+            self.sock.close()
+            self.sock = None
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(timeout=5)
+            self.process = None

@@ -1,0 +1,156 @@
+"""App manifests (``aoapp.json``, CONTRACT §2): parsed and validated once, at install.
+
+A manifest that breaks any rule is refused with a message naming the field; an unknown permission
+string is refused, never ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from protocol.errors import AotuiError, ErrorCode
+
+__all__ = ["MANIFEST_NAME", "Manifest", "Permission", "load_manifest", "parse_permission"]
+
+MANIFEST_NAME = "aoapp.json"
+
+_APP_ID = re.compile(r"[a-z0-9]+(\.[a-z0-9_-]+)+")
+_HOST = re.compile(r"(\*|(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)")
+_FIELDS = {
+    "id",
+    "name",
+    "version",
+    "entry",
+    "description",
+    "system",
+    "permissions",
+    "limits",
+}
+_LIMITS = {"memory_mb", "cpu_percent", "pids", "open_files"}
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One granted permission: ``fs:read:/srv/notes``, ``net:http:*.example.com``."""
+
+    resource: str
+    action: str
+    scope: str
+
+    def __str__(self) -> str:
+        return f"{self.resource}:{self.action}:{self.scope}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A validated ``aoapp.json`` plus the directory it came from."""
+
+    id: str
+    name: str
+    version: str
+    entry: str
+    description: str
+    system: bool
+    permissions: tuple[Permission, ...]
+    #: Limits the manifest sets; missing ones come from the desktop config.
+    limits: dict[str, int]
+    app_dir: Path
+
+
+def _refuse(path: Path, field: str, problem: str) -> AotuiError:
+    return AotuiError(
+        ErrorCode.E_INVALID_CMD,
+        f"{path}: field {field!r} {problem}",
+        {"manifest": str(path), "field": field},
+    )
+
+
+def parse_permission(text: str) -> Permission:
+    """Parse ``resource:action[:scope]``; raises ``E_INVALID_CMD`` naming what is wrong."""
+    if not isinstance(text, str):
+        raise ValueError(f"a permission must be a string, got {text!r}")
+    parts = text.split(":", 2)
+    if len(parts) < 2:
+        raise ValueError(f"{text!r} is not resource:action[:scope]")
+    resource, action = parts[0], parts[1]
+    scope = parts[2] if len(parts) == 3 else ""
+    if resource == "fs" and action in ("read", "write"):
+        if scope != "*" and not (scope.startswith("/") and ".." not in PurePosixPath(scope).parts):
+            raise ValueError(f"{text!r}: fs scope must be an absolute path without '..' or '*'")
+        return Permission(resource, action, scope)
+    if resource == "net" and action == "http":
+        host = scope.lower().rstrip(".")
+        if not host or not _HOST.fullmatch(host):
+            raise ValueError(f"{text!r}: host must be example.com, *.example.com or *")
+        return Permission(resource, action, host)
+    raise ValueError(
+        f"unknown permission {text!r}; known: fs:read:<path>, fs:write:<path>, net:http:<host>"
+    )
+
+
+def load_manifest(app_dir: str | Path) -> Manifest:
+    """Read and validate ``APP_DIR/aoapp.json``."""
+    directory = Path(app_dir).resolve()
+    path = directory / MANIFEST_NAME
+    try:
+        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AotuiError(
+            ErrorCode.E_NOT_FOUND, f"{directory} is not an app: it has no {MANIFEST_NAME}"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AotuiError(ErrorCode.E_INVALID_CMD, f"{path} is not readable JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise AotuiError(ErrorCode.E_INVALID_CMD, f"{path} must hold a JSON object")
+    for key in raw:
+        if key not in _FIELDS:
+            raise _refuse(path, key, f"is not a manifest field (known: {', '.join(sorted(_FIELDS))})")
+    for key in ("id", "name", "version", "entry"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise _refuse(path, key, "is required and must be a non-empty string")
+    if not _APP_ID.fullmatch(raw["id"]):
+        raise _refuse(path, "id", "must be reverse-DNS like com.example.notes")
+    entry = PurePosixPath(raw["entry"])
+    if entry.is_absolute() or ".." in entry.parts:
+        raise _refuse(path, "entry", "must be a relative path inside the app directory")
+    entry_path = (directory / entry).resolve()
+    if not entry_path.is_relative_to(directory) or not entry_path.is_file():
+        raise _refuse(path, "entry", f"names {raw['entry']!r}, which is not a file in the app")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise _refuse(path, "description", "must be a string")
+    system = raw.get("system", False)
+    if not isinstance(system, bool):
+        raise _refuse(path, "system", "must be true or false")
+    permissions_raw = raw.get("permissions", [])
+    if not isinstance(permissions_raw, list):
+        raise _refuse(path, "permissions", "must be a list of strings")
+    permissions = []
+    for item in permissions_raw:
+        try:
+            permissions.append(parse_permission(item))
+        except ValueError as exc:
+            raise _refuse(path, "permissions", str(exc)) from None
+    limits_raw = raw.get("limits", {})
+    if not isinstance(limits_raw, dict):
+        raise _refuse(path, "limits", "must be an object")
+    for name, value in limits_raw.items():
+        if name not in _LIMITS:
+            raise _refuse(path, "limits", f"has unknown limit {name!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise _refuse(path, f"limits.{name}", "must be a positive integer")
+    return Manifest(
+        id=raw["id"],
+        name=raw["name"].strip(),
+        version=raw["version"],
+        entry=str(entry),
+        description=description,
+        system=system,
+        permissions=tuple(permissions),
+        limits=dict(limits_raw),
+        app_dir=directory,
+    )

@@ -1,0 +1,335 @@
+"""The supervisor process: one desktop, its client and signal endpoints, its event loop.
+
+Clients talk to a ROUTER socket (``control.sock``) with :class:`~protocol.messages.Request`
+frames; each request runs in its own task, so a command waiting on a slow app never delays a
+snapshot, a status query or a command for another app. Commands on the same app run one at a
+time, in arrival order. Signals go out on a PUB socket (``signals.sock``), throttled.
+
+Methods: ``ping``, ``snapshot``, ``retain_snapshot``, ``release_snapshot``, ``execute``,
+``acquire``, ``heartbeat``, ``release``, ``status``, ``install``, ``uninstall``, ``say``,
+``shutdown`` — documented in ``docs/client.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psutil
+import zmq
+import zmq.asyncio
+
+from protocol import codec
+from protocol.commands import Command
+from protocol.errors import AotuiError, ErrorCode
+from protocol.grammar import parse_commands
+from protocol.messages import ErrorReply, Operation, Reply, Request, Signal
+from supervisor.app_record import AppRecord
+from supervisor.config import DesktopConfig
+from supervisor.desktop import Desktop
+from supervisor.lease import InputLease
+from supervisor.paths import DesktopPaths
+from supervisor.snapshot import RefTable
+from supervisor.throttle import SignalThrottle
+
+__all__ = ["Supervisor"]
+
+log = logging.getLogger("aotui.supervisor")
+
+Method = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class Supervisor:
+    """Owns one desktop and serves its clients until ``shutdown``."""
+
+    def __init__(self, config: DesktopConfig, paths: DesktopPaths) -> None:
+        self.config = config
+        self.paths = paths
+        self.lease = InputLease(config.lease_s)
+        self.throttle = SignalThrottle(config.signal_rate_per_s)
+        self.stopping = asyncio.Event()
+        self.signal_wake = asyncio.Event()
+        self.app_locks: dict[str, asyncio.Lock] = {}
+        self.processes: dict[int, psutil.Process] = {}
+        self.methods: dict[str, Method] = {
+            "ping": self.ping,
+            "snapshot": self.snapshot,
+            "retain_snapshot": self.retain_snapshot,
+            "release_snapshot": self.release_snapshot,
+            "execute": self.execute,
+            "acquire": self.acquire,
+            "heartbeat": self.heartbeat,
+            "release": self.release,
+            "status": self.status,
+            "install": self.install,
+            "uninstall": self.uninstall,
+            "say": self.say,
+            "shutdown": self.shutdown,
+        }
+
+    # --- running --------------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Bind, start the desktop, serve until shutdown, then stop every process we started."""
+        self.paths.create()
+        context = zmq.asyncio.Context()
+        self.control = context.socket(zmq.ROUTER)
+        self.control.setsockopt(zmq.LINGER, 0)
+        self.control.setsockopt(zmq.MAXMSGSIZE, 16 << 20)
+        self.pub = context.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        for path in ("control.sock", "signals.sock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.paths.root / path)
+        self.control.bind(self.paths.control)
+        self.pub.bind(self.paths.signals)
+        self.desktop = Desktop(self.config, self.paths, context, self.changed)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stopping.set)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await self.desktop.start()
+            self.paths.pidfile.write_text(f"{os.getpid()}\n")
+            tasks = [
+                loop.create_task(self._serve_control()),
+                loop.create_task(self._publish_trailing()),
+            ]
+            await self.stopping.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.desktop.stop()
+            with contextlib.suppress(FileNotFoundError):
+                self.paths.pidfile.unlink()
+            self.control.close(linger=0)
+            self.pub.close(linger=0)
+            context.term()
+
+    async def _serve_control(self) -> None:
+        pending: set[asyncio.Task[None]] = set()
+        while True:
+            frames = await self.control.recv_multipart(copy=True)
+            if len(frames) != 2:
+                continue
+            identity, frame = frames
+            task = asyncio.get_running_loop().create_task(self._answer(identity, frame))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    async def _answer(self, identity: bytes, frame: bytes) -> None:
+        request_id = 0
+        try:
+            request = codec.decode(frame)
+            if not isinstance(request, Request):
+                raise AotuiError(ErrorCode.E_INVALID_CMD, f"expected a request, got {request.KIND}")
+            request_id = request.request_id
+            method = self.methods.get(request.method)
+            if method is None:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"unknown method {request.method!r}; known: {', '.join(sorted(self.methods))}",
+                )
+            reply: Reply | ErrorReply = Reply(request_id, await method(dict(request.params)))
+        except AotuiError as exc:
+            reply = ErrorReply(request_id, exc.code.value, exc.message, exc.data)
+        except Exception as exc:
+            log.error("internal error: %s", traceback.format_exc())
+            reply = ErrorReply(
+                request_id, ErrorCode.E_INTERNAL.value, f"internal error: {type(exc).__name__}: {exc}"
+            )
+        try:
+            encoded = codec.encode(reply)
+        except AotuiError as exc:
+            encoded = codec.encode(ErrorReply(request_id, ErrorCode.E_INTERNAL.value, exc.message))
+        with contextlib.suppress(zmq.ZMQError):
+            await self.control.send_multipart([identity, encoded], copy=False)
+
+    # --- signals --------------------------------------------------------------------------------
+
+    def changed(self, reason: str) -> None:
+        """Something on the desktop changed: publish now or hold for the trailing edge."""
+        now_reason = self.throttle.offer(reason)
+        if now_reason is not None:
+            self._publish(now_reason)
+        else:
+            self.signal_wake.set()
+
+    def _publish(self, reason: str) -> None:
+        signal_message = Signal(self.config.desktop, time.time(), reason)
+        with contextlib.suppress(zmq.ZMQError):
+            self.pub.send(codec.encode(signal_message), zmq.NOBLOCK)
+
+    async def _publish_trailing(self) -> None:
+        while True:
+            delay = self.throttle.next_due_in()
+            if delay is None:
+                self.signal_wake.clear()
+                await self.signal_wake.wait()
+                continue
+            await asyncio.sleep(delay)
+            reason = self.throttle.due()
+            if reason is not None:
+                self._publish(reason)
+
+    # --- methods --------------------------------------------------------------------------------
+
+    async def ping(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Liveness: the supervisor's pid and desktop name."""
+        return {"pid": os.getpid(), "desktop": self.config.desktop}
+
+    async def snapshot(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Assemble the desktop; optionally release the caller's previous snapshot id."""
+        previous = params.get("release")
+        if isinstance(previous, str):
+            self.desktop.registry.release(previous)
+        snapshot_id, snap = self.desktop.snapshot()
+        return {"snapshot_id": snapshot_id, "markdown": snap.markdown}
+
+    async def retain_snapshot(self, params: dict[str, Any]) -> None:
+        """Take one more reference on a snapshot id."""
+        self.desktop.registry.retain(_text(params, "snapshot_id"))
+
+    async def release_snapshot(self, params: dict[str, Any]) -> None:
+        """Drop one reference on a snapshot id."""
+        self.desktop.registry.release(_text(params, "snapshot_id"))
+
+    async def acquire(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Take the input lease."""
+        return {"lease_s": self.lease.acquire(_text(params, "owner"))}
+
+    async def heartbeat(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Renew the input lease."""
+        return {"lease_s": self.lease.heartbeat(_text(params, "owner"))}
+
+    async def release(self, params: dict[str, Any]) -> None:
+        """Give the input lease up."""
+        self.lease.release(_text(params, "owner"))
+
+    async def execute(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Run an agent message (``text``) or one structured ``command``, in order."""
+        owner = params.get("owner")
+        self.lease.check(owner if isinstance(owner, str) else None)
+        if "command" in params:
+            commands = [Command.from_structured(params["command"])]
+        else:
+            commands = parse_commands(_text(params, "text"))
+        snapshot_id = params.get("snapshot_id") or commands[0].snapshot_id
+        refs: RefTable | None = None
+        if isinstance(snapshot_id, str):
+            refs = self.desktop.registry.get(snapshot_id)
+        elif self.desktop.registry.latest is not None:
+            with contextlib.suppress(AotuiError):
+                refs = self.desktop.registry.get(self.desktop.registry.latest)
+        results: list[Any] = []
+        for index, command in enumerate(commands):
+            try:
+                results.append(await self._run_locked(command, refs))
+            except AotuiError as exc:
+                ran = ", ".join(str(i + 1) for i in range(index)) or "none"
+                raise AotuiError(
+                    exc.code,
+                    f"command {index + 1} of {len(commands)} ({_describe(command)}) failed: "
+                    f"{exc.message} [commands that ran: {ran}]",
+                    {**exc.data, "ran": index, "total": len(commands), "results": results},
+                ) from None
+        return {"ran": len(commands), "results": results}
+
+    async def _run_locked(self, command: Command, refs: RefTable | None) -> Any:
+        app_ref = command.app_id or command.target
+        app = self.desktop.app(app_ref)
+        lock = self.app_locks.setdefault(app.app_id, asyncio.Lock())
+        async with lock:
+            return await self.desktop.run(command, refs)
+
+    async def status(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The supervisor and every app: state, pid, memory, CPU, restarts, last exit."""
+        me = psutil.Process()
+        return {
+            "pid": os.getpid(),
+            "desktop": self.config.desktop,
+            "uptime_s": round(time.time() - self.desktop.created, 1),
+            "rss_bytes": me.memory_info().rss,
+            "open_fds": me.num_fds(),
+            "snapshots": len(self.desktop.registry),
+            "lease_owner": self.lease.owner,
+            "apps": [self._app_status(app) for app in self.desktop.apps],
+        }
+
+    def _app_status(self, app: AppRecord) -> dict[str, Any]:
+        pid = app.worker.pid if app.worker is not None else None
+        rss = cpu = None
+        if pid is not None:
+            try:
+                process = self.processes.get(pid) or self.processes.setdefault(
+                    pid, psutil.Process(pid)
+                )
+                rss = process.memory_info().rss
+                cpu = process.cpu_percent(None)
+            except psutil.Error:
+                self.processes.pop(pid, None)
+        return {
+            "app": app.app_id,
+            "id": app.manifest.id,
+            "name": app.name,
+            "state": app.status.value,
+            "system": app.manifest.system,
+            "pid": pid,
+            "rss_bytes": rss,
+            "cpu_percent": cpu,
+            "restarts": app.restarts,
+            "last_exit": app.last_exit or None,
+        }
+
+    async def install(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Install the app directory at ``path``."""
+        app = self.desktop.install(_text(params, "path"))
+        self.changed("dom_mutation")
+        return {"app": app.app_id, "id": app.manifest.id, "name": app.name}
+
+    async def uninstall(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Stop and remove an app."""
+        app = await self.desktop.uninstall(_text(params, "app"))
+        self.changed("app_closed")
+        return {"app": app.app_id, "id": app.manifest.id}
+
+    async def say(self, params: dict[str, Any]) -> Any:
+        """The user's side of the chat: post ``text`` into ``system.chat``."""
+        text = _text(params, "text")
+        app = self.desktop.app(str(params.get("app") or "system.chat"))
+        app.require_live()
+        worker = app.worker
+        assert worker is not None
+        reply = await worker.request(
+            lambda rid: Operation(rid, "", "user_message", {"text": text}, {}, 5000),
+            self.config.operation_timeout_ms / 1000,
+            "user_message",
+        )
+        return getattr(reply, "result", None)
+
+    async def shutdown(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Stop the desktop after answering."""
+        asyncio.get_running_loop().call_soon(self.stopping.set)
+        return {"pid": os.getpid()}
+
+
+def _text(params: dict[str, Any], name: str) -> str:
+    value = params.get(name)
+    if not isinstance(value, str) or not value:
+        raise AotuiError(ErrorCode.E_INVALID_CMD, f"parameter {name!r} must be a non-empty string")
+    return value
+
+
+def _describe(command: Command) -> str:
+    action = command.action.value.split("_")[0]
+    if command.action.value == "execute":
+        return f"execute {command.target} on {command.app_id}/{command.view_id}"
+    return f"{action} {command.target}"

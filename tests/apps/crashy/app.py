@@ -1,0 +1,50 @@
+"""An app that fails on demand: a raising handler, or the whole process exiting."""
+
+import os
+
+from sandbox.sdk import App, OperationCall, View, operation
+
+
+class CrashyView(View):
+    def render(self) -> str:
+        count = self.app.count  # type: ignore[union-attr]
+        return f"""<section view="Crashy"><p>Count: {count}</p>
+<button operation="bump">Bump</button>
+<button operation="fail" args='{{"message": "string"}}'>Fail</button>
+<button operation="die" args='{{"code": "integer"}}'>Die</button>
+<button operation="forbidden">Read /root</button></section>"""
+
+    @operation("bump")
+    def bump(self, call: OperationCall) -> int:
+        self.app.count += 1  # type: ignore[union-attr]
+        return self.app.count  # type: ignore[union-attr]
+
+    @operation("fail")
+    def fail(self, call: OperationCall) -> None:
+        raise ValueError(call.args["message"])
+
+    @operation("die")
+    def die(self, call: OperationCall) -> None:
+        os._exit(int(call.args["code"]))
+
+    @operation("forbidden")
+    def forbidden(self, call: OperationCall) -> None:
+        raise PermissionError("[Errno 13] Permission denied: '/root/secret'")
+
+
+class CrashyApp(App):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def roots(self) -> list[View]:
+        return [CrashyView("crashy")]
+
+    def serialize(self) -> object:
+        return {"count": self.count}
+
+    def restore(self, data: object) -> None:
+        self.count = data["count"]  # type: ignore[index]
+
+
+app = CrashyApp()

@@ -1,0 +1,133 @@
+"""Fixtures that start real desktops (a supervisor process, its zygote, real workers).
+
+Every desktop a test starts is stopped at teardown, and the test fails if any process the
+desktop started (supervisor, zygote, workers) is still alive afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from supervisor.client import Client, DesktopUnavailable
+
+TEST_APPS = Path(__file__).parent / "apps"
+BUNDLED_APPS = Path(__file__).parent.parent / "apps"
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "") -> object:
+    """Poll ``condition`` until it is truthy; fail the test past the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what or condition}")
+        time.sleep(0.01)
+
+
+@dataclass
+class RunningDesktop:
+    """A supervisor process started for one test, with a client connected to it."""
+
+    process: subprocess.Popen[bytes]
+    runtime: Path
+    name: str
+    client: Client
+    clients: list[Client] = field(default_factory=list)
+
+    def new_client(self, **kwargs: object) -> Client:
+        """Another client on the same desktop (closed at teardown)."""
+        client = Client(self.name, str(self.runtime), **kwargs)  # type: ignore[arg-type]
+        self.clients.append(client)
+        return client
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every process below the supervisor (zygote and workers)."""
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def app_pid(self, app: str) -> int | None:
+        """The worker pid of ``app`` from ``status``."""
+        for row in self.client.status()["apps"]:
+            if app in (row["app"], row["id"]):
+                return row["pid"]  # type: ignore[no-any-return]
+        raise KeyError(app)
+
+
+def write_config(path: Path, apps: list[str], **settings: object) -> Path:
+    """A desktop TOML config with absolute app paths."""
+    lines = ["apps = [" + ", ".join(json.dumps(a) for a in apps) + "]"]
+    for key, value in settings.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
+    """Start desktops with the given apps; stops them and checks nothing is left behind."""
+    started: list[RunningDesktop] = []
+
+    def start(apps: list[str] | None = None, **settings: object) -> RunningDesktop:
+        app_dirs = [
+            str(TEST_APPS / a) if (TEST_APPS / a).is_dir() else str(BUNDLED_APPS / a)
+            for a in (apps or ["echo"])
+        ]
+        name = f"t{len(started)}"
+        config = write_config(tmp_path / f"{name}.toml", app_dirs, **settings)
+        runtime = tmp_path / "run"
+        log = open(tmp_path / f"{name}.out", "wb")  # noqa: SIM115 -- closed with the process
+        process = subprocess.Popen(
+            [sys.executable, "-m", "supervisor", "up", "--desktop", name,
+             "--config", str(config), "--socket", str(runtime)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )
+        log.close()
+        client = Client(name, str(runtime), timeout_s=20)
+        desktop = RunningDesktop(process, runtime, name, client)
+        started.append(desktop)
+
+        def up() -> bool:
+            if process.poll() is not None:
+                pytest.fail((tmp_path / f"{name}.out").read_text())
+            try:
+                client.ping(timeout_s=0.5)
+            except DesktopUnavailable:
+                return False
+            return True
+
+        wait_for(up, 30, "the desktop to answer")
+        return desktop
+
+    yield start
+
+    for desktop in started:
+        family = [psutil.Process(desktop.process.pid), *desktop.descendants()]
+        for client in desktop.clients:
+            client.close()
+        try:
+            desktop.client.shutdown()
+        except Exception:
+            desktop.process.kill()
+        desktop.client.close()
+        try:
+            desktop.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            desktop.process.kill()
+            desktop.process.wait()
+        gone, alive = psutil.wait_procs(family, timeout=5)
+        for leftover in alive:
+            leftover.kill()
+        assert not alive, f"processes left behind: {[p.pid for p in alive]}"
