@@ -9,11 +9,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol.codec import decode, encode  # noqa: E402
-from protocol.messages import (  # noqa: E402
+from protocol.codec import decode, encode
+from protocol.messages import (
     ChildLink,
     FragmentUpdate,
     Message,
@@ -44,31 +45,34 @@ def operation_1kb() -> Operation:
 
 
 def fragment_update_100kb() -> FragmentUpdate:
-    """A chat app's update: 20 views, each with Markdown, refs, operations and child links."""
+    """A chat app's update: 12 views of Markdown with refs, keys, operations and child links."""
     views = []
-    for v in range(20):
+    for v in range(12):
         lines = [
-            f"- [{i}] **alice** (10:{i % 60:02d}): the build on branch feature-{i} is green, "
-            f"merging after review of the last {i % 7} comments."
-            for i in range(30)
+            f"- [messages[{i}]] **alice** (10:{i % 60:02d}): the build on branch feature-{i} is "
+            f"green; merging after review of the last {i % 7} comments."
+            for i in range(40)
         ]
+        refs: dict[str, Any] = {f"messages[{i}]": f"m-{v}-{i}" for i in range(40)}
+        # Some data-values are records rather than ids.
+        refs |= {f"contact-{i}": {"id": f"c-{i}", "name": "Johnny", "unread": i} for i in range(8)}
         views.append(
             ViewFragment(
                 key=f"conversation:{v}",
                 name="conversation",
                 parent="contacts" if v else None,
-                mounted=v < 5,
-                markdown=f"## Conversation {v}\n\n" + "\n".join(lines),
-                refs={f"messages[{i}]": {"id": f"m-{v}-{i}", "unread": i % 3 == 0} for i in range(30)},
-                keys={f"messages[{i}]": f"message:m-{v}-{i}" for i in range(30)},
-                ref_types={f"messages[{i}]": "message" for i in range(30)},
+                mounted=v < 4,
+                markdown=f"## Conversation {v}\n\n" + "\n".join(lines) * 1,
+                refs=refs,
+                keys={f"messages[{i}]": f"message:m-{v}-{i}" for i in range(40)},
+                ref_types={f"messages[{i}]": "message" for i in range(40)},
                 operations=[
                     OperationSpec(
                         "send_message", "Send Message", "Send to this contact", {"text": "string"}
                     ),
                     OperationSpec("delete", "Delete", "", {"message": "ref", "confirm?": "bool"}),
                 ],
-                links=[ChildLink(f"thread:{v}-{i}", f"Thread {i}", "") for i in range(3)],
+                links=[ChildLink(f"thread:{v}-{i}", f"Thread {i}", "") for i in range(4)],
             )
         )
     return FragmentUpdate(revision=812, views=views, removed=["conversation:old"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -48,6 +49,18 @@ _PYTHON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "
 _REF = re.compile(r"([A-Za-z0-9_.:-]+)(?:\[([^\]]*)\])?")
 # Indexes longer than this are typos, and int() of thousands of digits is refused anyway.
 _MAX_INDEX_DIGITS = 9
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def _show(value: object) -> str:
+    """A short printable form of any value for an error message; never raises."""
+    try:
+        return _REPR.repr(value)
+    except Exception:  # a huge int or a broken __repr__ must not replace the real error
+        return f"<{type(value).__name__}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +148,7 @@ def parse_arg_schema(spec: str | Mapping[str, Any], *, operation: str | None = N
             decoded = json.loads(spec, object_pairs_hook=_reject_duplicates)
         except _DuplicateName as dup:
             raise _schema_error(
-                f"args declares {dup.name!r} twice", operation, arg=dup.name
+                f"args declares {_show(dup.name)} twice", operation, arg=dup.name
             ) from None
         except (ValueError, RecursionError) as exc:
             raise _schema_error(
@@ -153,21 +166,23 @@ def parse_arg_schema(spec: str | Mapping[str, Any], *, operation: str | None = N
         name = _NAME.fullmatch(raw_name) if isinstance(raw_name, str) else None
         if name is None:
             raise _schema_error(
-                f"args name {raw_name!r:.80} is not a name like content or count? "
+                f"args name {_show(raw_name)} is not a name like content or count? "
                 "(letters, digits, _ and -, not starting with a digit; ? marks it optional)",
                 operation,
-                arg=str(raw_name),
+                arg=raw_name[:80] if isinstance(raw_name, str) else _show(raw_name),
             )
         python_type = _PYTHON_TYPES.get(type_name) if isinstance(type_name, str) else None
         if not isinstance(type_name, str) or not _ITEM_TYPE.fullmatch(type_name) or python_type:
             hint = f" (did you mean {python_type}?)" if python_type else ""
             raise _schema_error(
-                f"args {raw_name!r} has type {type_name!r:.80}{hint}; allowed: {allowed}",
+                f"args {_show(raw_name)} has type {_show(type_name)}{hint}; allowed: {allowed}",
                 operation,
                 arg=raw_name,
             )
         if name.group(1) in seen:
-            raise _schema_error(f"args declares {name.group(1)!r} twice", operation, arg=raw_name)
+            raise _schema_error(
+                f"args declares {_show(name.group(1))} twice", operation, arg=raw_name
+            )
         seen.add(name.group(1))
         params.append(Param(name.group(1), type_name, bool(name.group(2))))
     return ArgSchema(tuple(params))
@@ -293,7 +308,8 @@ def parse_ref(text: str) -> tuple[str, int | None]:
     m = _REF.fullmatch(text.strip()) if isinstance(text, str) else None
     if m is None:
         raise invalid_cmd(
-            f"{text!r:.80} is not a ref; write list_id[0] (0-based) or an entity id", ref=str(text)
+            f"{_show(text)} is not a ref; write list_id[0] (0-based) or an entity id",
+            ref=text[:80] if isinstance(text, str) else _show(text),
         )
     name, index = m.group(1), m.group(2)
     if index is None:
@@ -301,10 +317,10 @@ def parse_ref(text: str) -> tuple[str, int | None]:
     index = index.strip()
     if not index.isascii() or not index.isdigit():
         raise invalid_cmd(
-            f"{text!r:.80} has index [{index:.20}]; an index is a whole number from 0, "
+            f"{_show(text)} has index [{index:.20}]; an index is a whole number from 0, "
             f"like {name}[0]",
             ref=text,
         )
     if len(index) > _MAX_INDEX_DIGITS:
-        raise invalid_cmd(f"{text!r:.80} has an index too large to exist", ref=text)
+        raise invalid_cmd(f"{_show(text)} has an index too large to exist", ref=text)
     return name, int(index)

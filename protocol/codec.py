@@ -1,37 +1,37 @@
 """Messages to msgpack frames and back; the only module in aotui that imports msgpack.
 
 A frame is the msgpack array ``[PROTOCOL_VERSION, kind, fields]``: ``kind`` is the message's
-``KIND`` and ``fields`` maps each field name to its value; the nested records
-(:class:`~protocol.messages.ViewFragment`, :class:`~protocol.messages.OperationSpec`) travel as
-maps. Every field is checked against its annotation in both directions: ``int`` refuses ``bool``,
-``float`` takes ``int`` but refuses NaN and infinities, ``Any`` takes plain data only (nil, bool,
-int, float — NaN allowed —, str, bin, list, and maps with str keys; no tuples, sets, subclasses or
-ext types). Integers are limited to msgpack's range, -2**63 to 2**64-1.
+``KIND``, ``fields`` maps field names to values, and nested records (``ViewFragment``,
+``OperationSpec``, …) travel as maps. Both directions check every field against its annotation:
+``int`` refuses ``bool``; ``float`` takes ``int`` but refuses NaN and infinities; ``Any`` takes
+plain data only — nil, bool, int, float (NaN allowed), str, bin, lists and str-keyed maps; no
+tuples, sets, subclasses or ext types. Integers span msgpack's range, -2**63 to 2**64-1.
 
-Limits (:class:`Codec`): ``max_frame_bytes`` (4 MiB) is checked before unpacking;
-``max_depth`` (32) counts container nesting from the frame's own array (1) and fields map (2);
-``max_items`` (100 000) bounds every array and map; ``max_str_bytes`` (1 MiB) every str (as
-UTF-8) and bin. msgpack's C unpacker allocates an array's full claimed length before reading its
-items, so a small frame of nested headers could claim gigabytes; when a frame's array headers could
-claim more items than it has bytes, :func:`_scan` walks the headers first and refuses it.
+:class:`Codec` limits: ``max_frame_bytes`` (4 MiB), checked before unpacking; ``max_depth`` (32)
+counts nesting from the frame array (1) and fields map (2); ``max_items`` (100 000) bounds each
+array and map; ``max_str_bytes`` (1 MiB) each str (as UTF-8) and bin. msgpack's C unpacker
+allocates an array's claimed length before reading it, so a few KB of nested headers could claim
+gigabytes: a frame whose array headers might claim more items than it has bytes is first walked
+by :func:`_scan`, which allocates nothing.
 
-Errors. A peer's malformed frame is a protocol violation and decoding raises ``E_INVALID_CMD``;
-failing to encode one of our own messages is our bug and raises ``E_INTERNAL``. Nothing else
-escapes: :func:`_map_msgpack_errors` is the one place foreign exceptions become ours::
+A peer's malformed frame is a protocol violation: decoding raises ``E_INVALID_CMD``. A message of
+ours that cannot be encoded is our bug: encoding raises ``E_INTERNAL``. Nothing else escapes;
+:func:`_map_msgpack_errors` is the one place foreign exceptions become ours::
 
-    cause                                            data["reason"]   decode          encode
-    ───────────────────────────────────────────────  ───────────────  ──────────────  ──────────
-    our checks (type, field, kind, version, limits)  see message      E_INVALID_CMD   E_INTERNAL
-    msgpack ExtraData                                trailing_data        "               "
-    msgpack StackError, RecursionError               too_deep             "               "
-    msgpack FormatError, OutOfData, other ValueError malformed            "               "
-    msgpack BufferFull, MemoryError                  too_large            "               "
-    UnicodeError (bad UTF-8, lone surrogate)         bad_utf8             "               "
-    OverflowError (int outside msgpack's range)      out_of_range         "               "
-    TypeError (a value msgpack cannot carry)         unserializable       "               "
-    anything else (a bug in this module)             bug              E_INTERNAL      E_INTERNAL
+    raised inside the codec                           data["reason"]   decode          encode
+    ────────────────────────────────────────────────  ──────────────  ──────────────  ──────────
+    our checks (type, field, kind, version, limits)   see the message  E_INVALID_CMD   E_INTERNAL
+    msgpack ExtraData                                 trailing_data        "               "
+    msgpack StackError, RecursionError                too_deep             "               "
+    msgpack FormatError, OutOfData, UnpackException   malformed            "               "
+    ValueError naming max_ext_len / another max_*     ext_type / over_limit  "             "
+    other ValueError                                  malformed            "               "
+    msgpack BufferFull, MemoryError                   too_large            "               "
+    UnicodeError (bad UTF-8, lone surrogate)          bad_utf8             "               "
+    OverflowError (int outside msgpack's range)       out_of_range         "               "
+    TypeError (a value msgpack cannot carry)          unserializable       "               "
+    any other Exception (a bug in this module)        bug             E_INTERNAL      E_INTERNAL
 
-A msgpack ``ValueError`` naming one of its ``max_*`` limits gets the reason ``over_limit``.
 Duplicate map keys are not detected: msgpack keeps the last, and every aotui peer uses this codec.
 """
 
@@ -52,12 +52,12 @@ from protocol.messages import MESSAGE_TYPES, Message
 
 __all__ = ["PROTOCOL_VERSION", "Codec", "decode", "encode"]
 
-#: The first element of every frame; a peer speaking another version is refused.
+#: The first element of every frame; a frame of another version is refused.
 PROTOCOL_VERSION = 1
 
-# (value, depth) -> value: checks one value and returns it, or builds a record from a map.
+# (value, depth) -> value: checks a value and returns it, or builds a record from its map.
 _Convert = Callable[[Any, int], Any]
-# A converter and whether it returns its input unchanged (so containers need not be copied).
+# A converter and whether it returns its input unchanged, so containers need no copy.
 _Node = tuple[_Convert, bool]
 
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
@@ -65,18 +65,27 @@ _STR = frozenset({str})
 
 
 class _Refused(Exception):
-    """Internal: a value failed a check; unwinds to the boundary, collecting where it was."""
+    """Internal: a check failed; unwinds to the codec boundary, collecting where it happened."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.kind = ""
+        self.reason, self.detail, self.kind = reason, detail, ""
         self.steps: list[str] = []
 
     @classmethod
     def wrong_type(cls, expected: str, value: object) -> _Refused:
         return cls("wrong_type", f"expected {expected}, got {type(value).__name__}")
+
+    @classmethod
+    def oversized(cls, value: Any, depth: int, codec: Codec) -> _Refused:
+        if depth > codec.max_depth:
+            return cls("too_deep", f"nesting deeper than max_depth {codec.max_depth}")
+        return cls("over_limit", f"{len(value)} items exceed max_items {codec.max_items}")
+
+    @classmethod
+    def bad_key(cls, mapping: dict[Any, Any]) -> _Refused:
+        names = ", ".join(sorted({type(key).__name__ for key in mapping} - {"str"}))
+        return cls("wrong_type", f"map keys are str, got {names}")
 
     def at(self, step: str) -> None:
         self.steps.append(step)
@@ -91,13 +100,6 @@ class _Refused(Exception):
             data["field"] = "".join(reversed(self.steps)).lstrip(".")
             where += f", field {data['field']}"
         return AotuiError(code, f"{doing}:{where}{':' if where else ''} {self.detail}", data)
-
-
-def _brief(value: object) -> str:
-    """A short description of a peer's value for an error message, never a megabyte repr."""
-    if isinstance(value, str | bytes):
-        return repr(value[:40]) + ("…" if len(value) > 40 else "")
-    return type(value).__name__
 
 
 def _refuse_ext(code: int, data: bytes) -> NoReturn:
@@ -122,7 +124,7 @@ _FOREIGN_ERRORS: tuple[tuple[type[Exception], str, str], ...] = (
 
 @contextlib.contextmanager
 def _map_msgpack_errors(code: ErrorCode, doing: str) -> Iterator[None]:
-    """Turn every exception raised inside into an :class:`AotuiError` (see the module table)."""
+    """Turn every exception raised inside into an :class:`AotuiError` (the module's table)."""
     try:
         yield
     except AotuiError:
@@ -133,33 +135,32 @@ def _map_msgpack_errors(code: ErrorCode, doing: str) -> Iterator[None]:
         text = str(exc)[:200]
         for foreign, reason, what in _FOREIGN_ERRORS:
             if isinstance(exc, foreign):
-                # msgpack reports every length limit as a bare ValueError naming the limit.
+                # msgpack reports each of its length limits as a bare ValueError naming it.
                 if isinstance(exc, ValueError) and "max_ext_len" in text:
                     reason, what = "ext_type", "ext types are not allowed"
                 elif isinstance(exc, ValueError) and "exceeds max_" in text:
-                    reason, what = "over_limit", "a length exceeds the limits or the frame's size"
-                raise AotuiError(code, f"{doing}: {what} ({text})", {"reason": reason}) from exc
-        raise AotuiError(
-            ErrorCode.E_INTERNAL, f"{doing}: codec bug: {exc!r:.200}", {"reason": "bug"}
-        ) from exc
+                    reason, what = "over_limit", "a length exceeds the limits or the frame"
+                detail = f"{doing}: {what} ({text})" if text else f"{doing}: {what}"
+                raise AotuiError(code, detail, {"reason": reason}) from exc
+        detail = f"{doing}: codec bug: {exc!r:.200}"
+        raise AotuiError(ErrorCode.E_INTERNAL, detail, {"reason": "bug"}) from exc
 
 
-# Bytes a scalar takes, header included, by first byte (0xc0 nil … 0xd3 int64).
+# Size, header included, of each fixed-size type by first byte: nil, bools, floats, ints.
 _FIXED_SIZES = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9, 0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9}
 _FIXED_SIZES |= {0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}
 # Width of the length field of bin8/16/32 and str8/16/32.
 _LENGTH_WIDTHS = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
-# array16/32 and map16/32: width of the count field and items per counted entry.
+# array16/32, map16/32: width of the count field, and items per counted entry.
 _COUNT_WIDTHS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
-# Past this many array16/32 marker bytes, summing their claims costs more than a scan.
+# Past this many array16/32 marker bytes, adding up their claims costs more than a scan.
 _MAX_MARKERS = 512
 
 
 def _claims_fit(frame: bytes, cap: int) -> bool:
-    """Whether every possible array16/32 header together claims no more items than bytes."""
-    budget = len(frame)
-    markers = 0
-    # Over-counts (marker bytes inside strings count too), which only sends more frames to _scan.
+    """Whether all bytes that could open an array16/32 claim, together, fewer items than bytes."""
+    budget, markers = len(frame), 0
+    # Marker bytes inside strings count too; that only sends a few more frames to _scan.
     for marker, width in ((b"\xdc", 2), (b"\xdd", 4)):
         pos = frame.find(marker)
         while pos != -1:
@@ -172,23 +173,21 @@ def _claims_fit(frame: bytes, cap: int) -> bool:
 
 
 def _scan(frame: bytes, max_depth: int) -> None:
-    """Walk the frame's headers without building objects, refusing claims the bytes cannot back."""
-    end = len(frame)
-    pos = 0
-    owed = [1]  # items still to read at each open level; the root level holds the one frame
+    """Walk the headers without building anything, refusing claims the frame's bytes cannot back."""
+    end, pos = len(frame), 0
+    owed = [1]  # items still to read at each open level; the outermost holds the frame itself
     total = 1
     while True:
         while owed and owed[-1] == 0:
             owed.pop()
         if not owed:
             break
-        # Every owed item takes at least one byte, so this bounds what msgpack will allocate.
+        # Each owed item takes a byte at least, which bounds what msgpack will allocate.
         if total > end - pos:
             raise _Refused("malformed", "headers claim more items than the frame has bytes")
-        byte = frame[pos]
+        byte, count = frame[pos], -1
         owed[-1] -= 1
         total -= 1
-        count = -1
         if byte < 0x80 or byte >= 0xE0:
             pos += 1
         elif byte < 0xA0:
@@ -226,7 +225,7 @@ def _exact(kind: type) -> _Convert:
 
 
 def _check_float(value: Any, depth: int) -> Any:
-    # int is a float by the numeric tower; non-finite times and sizes are always a bug.
+    # An int is a float by the numeric tower; a non-finite time or size is always a bug.
     if type(value) is float:
         if not math.isfinite(value):
             raise _Refused("wrong_type", f"expected a finite float, got {value}")
@@ -235,37 +234,10 @@ def _check_float(value: Any, depth: int) -> Any:
     return value
 
 
-def _check_none(value: Any, depth: int) -> Any:
-    if value is not None:
-        raise _Refused.wrong_type("None", value)
-    return value
-
-
-# Annotations whose values one C-level pass over the element types can check.
-_EXACT_TYPES: dict[Any, frozenset[type]] = {
-    hint: frozenset({hint}) for hint in (str, int, bool, bytes, type(None))
-}
-
-_SCALAR_NODES: dict[Any, _Convert] = {
-    str: _exact(str),
-    int: _exact(int),
-    bool: _exact(bool),
-    bytes: _exact(bytes),
-    float: _check_float,
-    type(None): _check_none,
-}
-
-
-def _visit(value: Any, convert: _Convert, depth: int) -> list[Any]:
-    """Convert each element of a list or dict, naming the one that fails; return the results."""
-    converted = []
-    for step, element in value.items() if type(value) is dict else enumerate(value):
-        try:
-            converted.append(convert(element, depth + 1))
-        except _Refused as refused:
-            refused.at(f"[{step!r:.40}]")
-            raise
-    return converted
+# Annotations a single C-level pass over element types can check for a whole list or dict.
+_EXACT_TYPES = {hint: frozenset({hint}) for hint in (str, int, bool, bytes)}
+_SCALAR_NODES: dict[Any, _Convert] = {hint: _exact(hint) for hint in _EXACT_TYPES}
+_SCALAR_NODES[float] = _check_float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +248,7 @@ class Codec:
     max_frame_bytes: int = 4 * 1024 * 1024
     #: Deepest container nesting, counting the frame array as 1 and its fields map as 2.
     max_depth: int = 32
-    #: Most elements in one array or entries in one map.
+    #: Most elements in one array, or entries in one map.
     max_items: int = 100_000
     #: Longest str (in UTF-8 bytes) or bin.
     max_str_bytes: int = 1024 * 1024
@@ -290,10 +262,9 @@ class Codec:
 
     def __post_init__(self) -> None:
         for limit in ("max_frame_bytes", "max_depth", "max_items", "max_str_bytes"):
-            value = getattr(self, limit)
-            if type(value) is not int or value < 2:
+            if type(getattr(self, limit)) is not int or getattr(self, limit) < 2:
                 raise AotuiError(ErrorCode.E_INTERNAL, f"Codec.{limit} must be an int ≥ 2")
-        # Built eagerly so an annotation the codec cannot carry fails at import, not mid-frame.
+        # Built eagerly, so an annotation the codec cannot carry fails at import, not mid-frame.
         for kind, cls in MESSAGE_TYPES.items():
             self._decoders[kind] = self._record(cls, decoding=True)
             self._encoders[cls] = self._record(cls, decoding=False)
@@ -303,7 +274,7 @@ class Codec:
         with _map_msgpack_errors(ErrorCode.E_INTERNAL, "cannot encode"):
             encode_fields = self._encoders.get(type(message))
             if encode_fields is None:
-                raise _Refused("unknown_kind", f"{_brief(message)} is not in MESSAGE_TYPES")
+                raise _Refused("unknown_kind", f"{type(message).__name__} is not a message")
             try:
                 fields = encode_fields(message, 2)
             except _Refused as refused:
@@ -312,11 +283,7 @@ class Codec:
             frame: bytes = msgpack.packb(
                 [PROTOCOL_VERSION, message.KIND, fields], use_bin_type=True
             )
-            if len(frame) > self.max_frame_bytes:
-                raise _Refused(
-                    "frame_too_large",
-                    f"{len(frame)} bytes exceed max_frame_bytes {self.max_frame_bytes}",
-                )
+            self._check_size(frame)
             if len(frame) > self.max_str_bytes:
                 # Only a frame this big can hold a str or bin the peer would refuse.
                 msgpack.unpackb(
@@ -329,12 +296,8 @@ class Codec:
         with _map_msgpack_errors(ErrorCode.E_INVALID_CMD, "malformed frame"):
             if not isinstance(frame, bytes):
                 raise _Refused("not_bytes", f"a frame is bytes, got {type(frame).__name__}")
-            size = len(frame)
-            if size > self.max_frame_bytes:
-                raise _Refused(
-                    "frame_too_large", f"{size} bytes exceed max_frame_bytes {self.max_frame_bytes}"
-                )
-            cap = min(self.max_items, size)
+            self._check_size(frame)
+            cap = min(self.max_items, len(frame))
             if not _claims_fit(frame, cap):
                 _scan(frame, self.max_depth)
             top = msgpack.unpackb(
@@ -352,11 +315,12 @@ class Codec:
                 raise _Refused("malformed", "a frame is the array [version, kind, fields]")
             version, kind, fields = top
             if type(version) is not int or version != PROTOCOL_VERSION:
-                shown = version if type(version) is int else _brief(version)
-                raise _Refused("version_mismatch", f"version {shown} is not {PROTOCOL_VERSION}")
+                # A peer's values are shown cut short: a frame may hold a megabyte string.
+                detail = f"version {version!r:.40} is not {PROTOCOL_VERSION}"
+                raise _Refused("version_mismatch", detail)
             decode_fields = self._decoders.get(kind) if type(kind) is str else None
             if decode_fields is None:
-                raise _Refused("unknown_kind", f"unknown message kind {_brief(kind)}")
+                raise _Refused("unknown_kind", f"unknown message kind {kind!r:.40}")
             try:
                 message: Message = decode_fields(fields, 2)
             except _Refused as refused:
@@ -364,14 +328,20 @@ class Codec:
                 raise
             return message
 
+    def _check_size(self, frame: bytes) -> None:
+        if len(frame) > self.max_frame_bytes:
+            detail = f"{len(frame)} bytes exceed max_frame_bytes {self.max_frame_bytes}"
+            raise _Refused("frame_too_large", detail)
+
     def _node(self, hint: Any, decoding: bool) -> _Node:
         if hint is Any:
             return self._plain, True
         if hint in _SCALAR_NODES:
             return _SCALAR_NODES[hint], True
         origin, args = typing.get_origin(hint), typing.get_args(hint)
-        if origin in (types.UnionType, typing.Union):
-            return self._union(args, decoding)
+        if origin in (types.UnionType, typing.Union) and len(args) == 2 and type(None) in args:
+            convert, same = self._node(next(a for a in args if a is not type(None)), decoding)
+            return (lambda value, depth: None if value is None else convert(value, depth)), same
         if origin is list and len(args) == 1:
             return self._container(list, args[0], decoding)
         if origin is dict and len(args) == 2 and args[0] is str:
@@ -380,28 +350,10 @@ class Codec:
             return self._record(hint, decoding), False
         raise TypeError(f"the codec cannot carry a field annotated {hint!r}")
 
-    def _union(self, arms: tuple[Any, ...], decoding: bool) -> _Node:
-        nullable = type(None) in arms
-        nodes = [self._node(arm, decoding) for arm in arms if arm is not type(None)]
-        names = " | ".join(getattr(arm, "__name__", str(arm)) for arm in arms)
-        same = all(node[1] for node in nodes)
-
-        def convert_union(value: Any, depth: int) -> Any:
-            if value is None and nullable:
-                return None
-            if len(nodes) == 1:
-                return nodes[0][0](value, depth)
-            for convert, _ in nodes:
-                with contextlib.suppress(_Refused):
-                    return convert(value, depth)
-            raise _Refused.wrong_type(names, value)
-
-        return convert_union, same
-
     def _container(self, kind: type[Any], item_hint: Any, decoding: bool) -> _Node:
         convert, same = self._node(item_hint, decoding)
-        plain, open_container = self._plain, self._open
-        if convert == plain:
+        if convert == self._plain:
+            plain = self._plain
 
             def convert_plain(value: Any, depth: int) -> Any:
                 if type(value) is not kind:
@@ -414,52 +366,46 @@ class Codec:
         def convert_container(value: Any, depth: int) -> Any:
             if type(value) is not kind:
                 raise _Refused.wrong_type(kind.__name__, value)
-            elements = open_container(value, depth)
-            if exact is not None and set(map(type, elements)) <= exact:
+            if depth > self.max_depth or len(value) > self.max_items:
+                raise _Refused.oversized(value, depth, self)
+            is_dict = kind is dict
+            if is_dict and not set(map(type, value)) <= _STR:
+                raise _Refused.bad_key(value)
+            if exact is not None and set(map(type, value.values() if is_dict else value)) <= exact:
                 return value
-            converted = _visit(value, convert, depth)
+            converted = []
+            for step, element in value.items() if is_dict else enumerate(value):
+                try:
+                    converted.append(convert(element, depth + 1))
+                except _Refused as refused:
+                    refused.at(f"[{step!r:.40}]")
+                    raise
             if same:
                 return value
-            return dict(zip(value, converted, strict=True)) if kind is dict else converted
+            return dict(zip(value, converted, strict=True)) if is_dict else converted
 
         return convert_container, same
-
-    def _open(self, value: Any, depth: int) -> Any:
-        """Check a list's or dict's depth, size and keys; return its elements."""
-        if depth > self.max_depth:
-            raise _Refused("too_deep", f"nesting deeper than max_depth {self.max_depth}")
-        if len(value) > self.max_items:
-            raise _Refused("over_limit", f"{len(value)} items exceed max_items {self.max_items}")
-        if type(value) is not dict:
-            return value
-        if not set(map(type, value)) <= _STR:
-            names = sorted({type(key).__name__ for key in value} - {"str"})
-            raise _Refused("wrong_type", f"map keys are str, got {', '.join(names)}")
-        return value.values()
 
     def _plain(self, value: Any, depth: int) -> Any:
         """Check that ``value`` is plain msgpack data within the limits; return it unchanged."""
         kind = type(value)
         if kind in _SCALARS:
             return value
-        if kind is dict:
-            steps = value.items()
-        elif kind is list:
-            steps = enumerate(value)
-        else:
+        if kind is not list and kind is not dict:
             raise _Refused("unserializable", f"{kind.__name__} is not plain msgpack data")
         if depth > self.max_depth or len(value) > self.max_items:
-            self._open(value, depth)  # raises the right error
-        # Long runs of scalars are checked in one pass in C; short ones are cheaper to loop over.
-        if len(value) > 16 and (
-            set(map(type, value)) <= _SCALARS
-            if kind is list
-            else set(map(type, value)) <= _STR and set(map(type, value.values())) <= _SCALARS
+            raise _Refused.oversized(value, depth, self)
+        is_dict = kind is dict
+        # A long run of scalars is checked in one pass in C; a short one is cheaper to loop over.
+        if (
+            len(value) > 16
+            and (not is_dict or set(map(type, value)) <= _STR)
+            and set(map(type, value.values() if is_dict else value)) <= _SCALARS
         ):
             return value
-        for step, element in steps:
-            if kind is dict and type(step) is not str:
-                self._open(value, depth)
+        for step, element in value.items() if is_dict else enumerate(value):
+            if is_dict and type(step) is not str:
+                raise _Refused.bad_key(value)
             if type(element) not in _SCALARS:
                 try:
                     self._plain(element, depth + 1)
@@ -472,11 +418,8 @@ class Codec:
         hints = typing.get_type_hints(cls)
         fields = dataclasses.fields(cls)
         nodes = {field.name: self._node(hints[field.name], decoding)[0] for field in fields}
-        required = frozenset(
-            field.name
-            for field in fields
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-        )
+        missing = dataclasses.MISSING
+        required = {f.name for f in fields if f.default is missing and f.default_factory is missing}
         name, max_depth = cls.__name__, self.max_depth
 
         def decode_record(value: Any, depth: int) -> Any:
@@ -488,15 +431,15 @@ class Codec:
             for key, element in value.items():
                 convert = nodes.get(key)
                 if convert is None:
-                    raise _Refused("unknown_field", f"{name} has no field {_brief(key)}")
+                    raise _Refused("unknown_field", f"{name} has no field {key!r:.40}")
                 try:
                     kwargs[key] = convert(element, depth + 1)
                 except _Refused as refused:
                     refused.at(f".{key}")
                     raise
-            if len(kwargs) < len(required) or not required <= kwargs.keys():
-                missing = ", ".join(sorted(required - kwargs.keys()))
-                raise _Refused("missing_field", f"{name} lacks required field(s) {missing}")
+            if len(kwargs) < len(nodes) and not required <= kwargs.keys():
+                absent = ", ".join(sorted(required - kwargs.keys()))
+                raise _Refused("missing_field", f"{name} lacks required field(s) {absent}")
             return cls(**kwargs)
 
         def encode_record(value: Any, depth: int) -> Any:
@@ -520,10 +463,10 @@ _DEFAULT = Codec()
 
 
 def encode(message: Message) -> bytes:
-    """Encode ``message`` with the default :class:`Codec` limits."""
+    """Encode ``message`` under the default :class:`Codec` limits."""
     return _DEFAULT.encode(message)
 
 
 def decode(frame: bytes) -> Message:
-    """Decode ``frame`` with the default :class:`Codec` limits."""
+    """Decode ``frame`` under the default :class:`Codec` limits."""
     return _DEFAULT.decode(frame)

@@ -127,6 +127,11 @@ class _Where(NamedTuple):
     command: int
 
 
+def _clip(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters: agent text echoed in an error stays short."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _error(where: _Where, pos: int, message: str, token: str | None = None) -> AotuiError:
     """An ``E_INVALID_CMD`` that says where it went wrong: block, command, line and column."""
     line = where.text.count("\n", 0, pos) + 1
@@ -139,7 +144,7 @@ def _error(where: _Where, pos: int, message: str, token: str | None = None) -> A
     if where.command:
         data["command"] = where.command
     if token is not None:
-        data["token"] = token
+        data["token"] = _clip(token, 80)
     return invalid_cmd(f"{place}line {line} column {column}: {message}", **data)
 
 
@@ -259,14 +264,16 @@ def _read_attributes(region: str, where: _Where, start: int) -> tuple[str | None
         m = _ATTR.match(body, pos)
         if m is None or m.end() == pos:
             bad = body[pos:].strip()[:40]
-            raise _error(where, start, f"malformed <context> attribute near {bad!r}", token=bad)
+            raise _error(
+                where, start, f"malformed <context> attribute near {_clip(bad)!r}", token=bad
+            )
         name, value = m.group(1), m.group(2)
         if value is None:
             value = m.group(3) if m.group(3) is not None else m.group(4)
         if name not in ("app_id", "view_id"):
             raise _error(
                 where, start,
-                f"unknown <context> attribute {name!r}; only app_id and view_id exist: "
+                f"unknown <context> attribute {_clip(name)!r}; only app_id and view_id exist: "
                 '<context app_id="app_0" view_id="view_3">', token=name,
             )  # fmt: skip
         if name in found:
@@ -274,7 +281,9 @@ def _read_attributes(region: str, where: _Where, start: int) -> tuple[str | None
         if value is None:
             raise _error(where, start, f'attribute {name} needs a value: {name}="..."', name)
         if not ID_PATTERN.fullmatch(value):
-            what = "is empty" if not value else f"{value!r} is not an id like app_0 or view_3"
+            what = (
+                "is empty" if not value else f"{_clip(value)!r} is not an id like app_0 or view_3"
+            )
             raise _error(where, start, f"<context> attribute {name} {what}", token=value)
         found[name] = value
         pos = m.end()
@@ -291,21 +300,19 @@ def _read_options(
         word = words[i]
         if not word.option:
             if word.dash:
-                hint = f"short options are not supported, write -{word.text}"
+                hint = f"short options are not supported, write -{_clip(word.text)}"
             else:
                 hint = f"write options as --name value ({COMMAND_FORMS[verb]})"
-            raise _error(where, word.pos, f"unexpected {word.text!r}; {hint}", word.text)
+            raise _error(where, word.pos, f"unexpected {_clip(word.text)!r}; {hint}", word.text)
         key, eq, inline = word.text[2:].partition("=")
         name = _KEY.fullmatch(key)
         if name is None:
-            raise _error(
-                where, word.pos,
-                f"{word.text!r} is not an option name; names look like --content or --message_id",
-                word.text,
-            )  # fmt: skip
+            shown = _clip(word.text)
+            message = f"{shown!r} is not an option name; names look like --content or --message_id"
+            raise _error(where, word.pos, message, word.text)
         key = name.group(1)
         if key in args:
-            raise _error(where, word.pos, f"--{key} is given twice", word.text)
+            raise _error(where, word.pos, f"--{_clip(key)} is given twice", word.text)
         i += 1
         if eq:
             args[key] = inline
@@ -324,7 +331,9 @@ def _build_command(
     head = words[0]
     verb = head.text
     if head.option or head.dash or verb not in _NOUNS:
-        raise _error(where, head.pos, f"unknown command {verb!r}; expected {_ALL_FORMS}", verb)
+        raise _error(
+            where, head.pos, f"unknown command {_clip(verb)!r}; expected {_ALL_FORMS}", verb
+        )
     positional = None
     first = 1
     if len(words) > 1 and not words[1].option and not words[1].dash:
@@ -335,11 +344,9 @@ def _build_command(
     nouns = _NOUNS[verb]
     if positional is not None:
         if positional.text not in ("application", "view"):
-            raise _error(
-                where, positional.pos,
-                f"unexpected {positional.text!r}; write {verb} --{nouns[0]} {positional.text}",
-                positional.text,
-            )  # fmt: skip
+            shown = _clip(positional.text)
+            message = f"unexpected {shown!r}; write {verb} --{nouns[0]} {shown}"
+            raise _error(where, positional.pos, message, positional.text)
         noun, key = positional.text, "id"
     else:
         given = [noun for noun in ("application", "view") if noun in args]
@@ -358,13 +365,13 @@ def _build_command(
     if args:
         extra = next(iter(args))
         raise _error(
-            where, head.pos, f"{verb} takes no --{extra}; write {COMMAND_FORMS[verb]}", extra
+            where, head.pos, f"{verb} takes no --{_clip(extra)}; write {COMMAND_FORMS[verb]}", extra
         )
     action = _ACTIONS[verb, noun]
     if noun == "application":
         return Command(action, target, target, None, ArgValues())
     if app_id is None:
-        form = f'<context app_id="app_0">{verb} --view {target}</context>'
+        form = f'<context app_id="app_0">{verb} --view {_clip(target)}</context>'
         raise _error(where, head.pos, f"{verb} needs app_id on its context: {form}", verb)
     return Command(action, target, app_id, target, ArgValues())
 
@@ -390,7 +397,7 @@ def _build_execute(
         missing = " and ".join(n for n, v in (("app_id", app_id), ("view_id", view_id)) if not v)
         form = (
             f'<context app_id="{app_id or "app_0"}" view_id="{view_id or "view_3"}">'
-            f"execute {op_id} ...</context>"
+            f"execute {_clip(op_id)} ...</context>"
         )
         raise _error(where, head.pos, f"execute needs {missing} on its context: {form}", "execute")
     return Command(Action.EXECUTE, op_id, app_id, view_id, ArgValues(args))
@@ -405,5 +412,5 @@ def _check_id(value: str | bool | None, what: str, verb: str, pos: int, where: _
     elif not value:
         problem = f"{what} is empty"
     else:
-        problem = f"{what} {value!r} is not an id (letters, digits, _ . : -)"
+        problem = f"{what} {_clip(value)!r} is not an id (letters, digits, _ . : -)"
     raise _error(where, pos, f"{problem}: {COMMAND_FORMS[verb]}", what)

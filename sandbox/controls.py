@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lxml.html import HtmlElement
+from lxml.etree import _Element as Element
 
 from sandbox.flow import collapse
 
@@ -28,7 +28,7 @@ def control(name: str, fields: dict[str, str | None]) -> str:
     return "[" + " ".join(parts) + "]"
 
 
-def input_text(el: HtmlElement) -> str:
+def input_text(el: Element) -> str:
     """An ``<input>``: a box for checkboxes and radios, the caption of buttons, else its state."""
     kind = (el.get("type") or "text").lower()
     if kind == "hidden":
@@ -46,7 +46,7 @@ def input_text(el: HtmlElement) -> str:
     return control("input", fields)
 
 
-def textarea_text(el: HtmlElement, content: str) -> str:
+def textarea_text(el: Element, content: str) -> str:
     """A ``<textarea>`` with its (collapsed) content as the value."""
     value = collapse(content)
     fields = {"name": el.get("name"), "value": value}
@@ -55,7 +55,7 @@ def textarea_text(el: HtmlElement, content: str) -> str:
     return control("textarea", fields)
 
 
-def select_text(el: HtmlElement, options: Sequence[HtmlElement], labels: Sequence[str]) -> str:
+def select_text(el: Element, options: Sequence[Element], labels: Sequence[str]) -> str:
     """A ``<select>`` listing its options, the selected ones marked ``(selected)``."""
     chosen = [option.get("selected") is not None for option in options]
     if options and not any(chosen) and el.get("multiple") is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from lxml.html import HtmlElement
+from lxml.etree import _Element as Element
 
 from sandbox.controls import input_text, select_text, textarea_text
 from sandbox.flow import (
@@ -49,7 +49,7 @@ _EMPHASIS = {"em": "*", "i": "*", "cite": "*", "dfn": "*", "var": "*", "strong":
 _EMPHASIS |= {"s": "~~", "strike": "~~", "del": "~~"}
 
 
-Handler = Callable[[HtmlElement, Flow], None]
+Handler = Callable[[Element, Flow], None]
 
 
 class MarkdownRenderer:
@@ -86,14 +86,14 @@ class MarkdownRenderer:
 
     # --- hooks for the view renderer --------------------------------------------------------
 
-    def mark(self, el: HtmlElement, flow: Flow) -> None:
+    def mark(self, el: Element, flow: Flow) -> None:
         """Render an element that carries one of :attr:`marks`."""
         self.element(el, flow)
 
-    def check_unmarked(self, el: HtmlElement, context: str) -> None:
+    def check_unmarked(self, el: Element, context: str) -> None:
         """Refuse a marked element where marks cannot work (inside ``context``)."""
 
-    def item(self, el: HtmlElement, marker: str) -> list[str] | None:
+    def item(self, el: Element, marker: str) -> list[str] | None:
         """The lines of one item of an ordinary list, or ``None`` when it renders to nothing."""
         if len(el) == 0 and el.tag == "li":  # the common item: text only
             lines = inline_lines(el.text or "")
@@ -113,7 +113,7 @@ class MarkdownRenderer:
 
     # --- the walk ----------------------------------------------------------------------------
 
-    def node(self, el: HtmlElement, flow: Flow) -> None:
+    def node(self, el: Element, flow: Flow) -> None:
         """Render one node (element, comment or processing instruction; tails are the caller's)."""
         if type(el.tag) is not str:
             return
@@ -125,7 +125,7 @@ class MarkdownRenderer:
                 return
         self.element(el, flow)
 
-    def element(self, el: HtmlElement, flow: Flow) -> None:
+    def element(self, el: Element, flow: Flow) -> None:
         """Render one element by its tag, ignoring any marks it carries."""
         handler = self._handlers.get(el.tag)
         if handler is None:
@@ -133,7 +133,7 @@ class MarkdownRenderer:
         else:
             handler(el, flow)
 
-    def children(self, el: HtmlElement, flow: Flow) -> None:
+    def children(self, el: Element, flow: Flow) -> None:
         """Render an element's content into ``flow``."""
         # node() is inlined here: this loop runs once per element and the call would double the
         # Python frames per level of nesting.
@@ -158,11 +158,11 @@ class MarkdownRenderer:
             if tail:
                 flow.inline.append(tail)
 
-    def raw_text(self, el: HtmlElement, context: str, skip: frozenset[str] = DROPPED) -> str:
+    def raw_text(self, el: Element, context: str, skip: frozenset[str] = DROPPED) -> str:
         """The text of a subtree as written (for ``pre``, labels, form values)."""
         parts: list[str] = []
 
-        def walk(node: HtmlElement) -> None:
+        def walk(node: Element) -> None:
             if node.text:
                 parts.append(node.text)
             for child in node:
@@ -179,7 +179,7 @@ class MarkdownRenderer:
         walk(el)
         return "".join(parts)
 
-    def list_lines(self, el: HtmlElement) -> list[str]:
+    def list_lines(self, el: Element) -> list[str]:
         """The lines of an ordinary ``ul``/``ol``."""
         ordered = el.tag == "ol"
         number = 1
@@ -189,36 +189,48 @@ class MarkdownRenderer:
             except ValueError:
                 number = 1
         lines: list[str] = []
-
-        def stray(text: str | None) -> None:
-            nonlocal number
-            if text and not text.isspace():
-                label = inline_lines(text)
-                if label:
-                    lines.extend(item_lines(f"{number}. " if ordered else "- ", label, []))
-                    number += 1
-
-        stray(el.text)
+        marks = self.marks
+        # Text loose in the list (invalid, but browsers show it) becomes an item of its own.
+        loose = el.text
         for child in el:
+            if loose and not loose.isspace():
+                label = inline_lines(loose)
+                lines += item_lines(f"{number}. " if ordered else "- ", label, [])
+                number += 1
+            loose = child.tail
             tag = child.tag
-            if type(tag) is str and tag not in DROPPED:
-                if tag in ("ul", "ol") and lines and not child.keys():
-                    # <ul><li>a</li><ul>…</ul></ul>: browsers show the stray list under "a".
-                    lines.extend("    " + line if line else "" for line in self.list_lines(child))
-                else:
-                    item = self.item(child, f"{number}. " if ordered else "- ")
-                    if item:
-                        lines.extend(item)
-                        number += 1
-            stray(child.tail)
+            if type(tag) is not str or tag in DROPPED:
+                continue
+            if tag in ("ul", "ol") and lines and not child.keys():
+                # <ul><li>a</li><ul>…</ul></ul>: browsers show the stray list under "a".
+                lines += ["    " + line if line else "" for line in self.list_lines(child)]
+                continue
+            marker = f"{number}. " if ordered else "- "
+            if (
+                len(child) == 0
+                and tag == "li"
+                and not (marks and not marks.isdisjoint(child.keys()))
+            ):
+                item = (
+                    item_lines(marker, label, [])
+                    if (label := inline_lines(child.text or ""))
+                    else None
+                )
+            else:
+                item = self.item(child, marker)
+            if item:
+                lines += item
+                number += 1
+        if loose and not loose.isspace():
+            lines += item_lines(f"{number}. " if ordered else "- ", inline_lines(loose), [])
         return lines
 
     # --- handlers ------------------------------------------------------------------------------
 
-    def _drop(self, el: HtmlElement, flow: Flow) -> None:
+    def _drop(self, el: Element, flow: Flow) -> None:
         pass
 
-    def block(self, el: HtmlElement, flow: Flow) -> None:
+    def block(self, el: Element, flow: Flow) -> None:
         """A block with ordinary content: it starts and ends a paragraph."""
         if flow.inline:
             flow.flush()
@@ -226,19 +238,19 @@ class MarkdownRenderer:
         if flow.inline:
             flow.flush()
 
-    def _section(self, el: HtmlElement, flow: Flow) -> None:
+    def _section(self, el: Element, flow: Flow) -> None:
         # A heading inside a section does not set the level for what follows the section.
         saved = self.heading
         self.block(el, flow)
         self.heading = saved
 
-    def _br(self, el: HtmlElement, flow: Flow) -> None:
+    def _br(self, el: Element, flow: Flow) -> None:
         flow.inline.append(BR)
 
-    def _hr(self, el: HtmlElement, flow: Flow) -> None:
+    def _hr(self, el: Element, flow: Flow) -> None:
         flow.add(("hr", 0, ["---"]))
 
-    def _heading(self, el: HtmlElement, flow: Flow) -> None:
+    def _heading(self, el: Element, flow: Flow) -> None:
         sub = Flow(flow.plain)
         self.children(el, sub)
         text = sub.text()
@@ -247,12 +259,12 @@ class MarkdownRenderer:
             flow.add(("heading", level, [text]))
             self.heading = level
 
-    def _list(self, el: HtmlElement, flow: Flow) -> None:
+    def _list(self, el: Element, flow: Flow) -> None:
         lines = self.list_lines(el)
         if lines:
             flow.add(("list", 0, lines))
 
-    def _emphasis(self, el: HtmlElement, flow: Flow) -> None:
+    def _emphasis(self, el: Element, flow: Flow) -> None:
         if flow.plain:
             self.children(el, flow)
             return
@@ -280,7 +292,7 @@ class MarkdownRenderer:
             core = marker + core + marker
         flow.inline.append(text[:start] + core + text[end:])
 
-    def _code(self, el: HtmlElement, flow: Flow) -> None:
+    def _code(self, el: Element, flow: Flow) -> None:
         if flow.plain:
             self.children(el, flow)
             return
@@ -295,7 +307,7 @@ class MarkdownRenderer:
         trail = " " if text[-1] in _STRIP else ""
         flow.inline.append(lead + code_span(core) + trail)
 
-    def _link(self, el: HtmlElement, flow: Flow) -> None:
+    def _link(self, el: Element, flow: Flow) -> None:
         target = safe_href(el.get("href"))
         if target is None or flow.plain:
             self.children(el, flow)
@@ -313,12 +325,12 @@ class MarkdownRenderer:
             sub.blocks[0] = (kind, level, [f"[{link_label(' '.join(lines))}]({target})"])
         flow.splice(sub)
 
-    def _img(self, el: HtmlElement, flow: Flow) -> None:
+    def _img(self, el: Element, flow: Flow) -> None:
         alt = collapse(el.get("alt") or el.get("title"))
         if alt:
             flow.inline.append(f"[image: {link_label(alt)}]")
 
-    def _pre(self, el: HtmlElement, flow: Flow) -> None:
+    def _pre(self, el: Element, flow: Flow) -> None:
         text = self.raw_text(el, "a <pre> block")
         if text.startswith("\n"):
             text = text[1:]
@@ -334,7 +346,7 @@ class MarkdownRenderer:
         language = found.group(1) if found else ""
         flow.add(("pre", 0, [fence + language, *text.split("\n"), fence]))
 
-    def _blockquote(self, el: HtmlElement, flow: Flow) -> None:
+    def _blockquote(self, el: Element, flow: Flow) -> None:
         sub = Flow()
         saved = self.heading
         self.children(el, sub)
@@ -344,12 +356,12 @@ class MarkdownRenderer:
         if lines:
             flow.add(("quote", 0, ["> " + line if line else ">" for line in lines]))
 
-    def _cell(self, el: HtmlElement, plain: bool) -> str:
+    def _cell(self, el: Element, plain: bool) -> str:
         sub = Flow(plain)
         self.children(el, sub)
         return sub.text().replace("|", "\\|")
 
-    def _row(self, el: HtmlElement, flow: Flow) -> None:
+    def _row(self, el: Element, flow: Flow) -> None:
         # A row outside a table (or in a table that is a semantic list): cells joined by " | ".
         cells = [self._cell(cell, flow.plain) for cell in el if cell.tag in ("td", "th")]
         line = " | ".join(cell for cell in cells if cell)
@@ -357,12 +369,12 @@ class MarkdownRenderer:
             flow.inline.append(line)
             flow.flush()
 
-    def _table(self, el: HtmlElement, flow: Flow) -> None:
-        rows: list[HtmlElement] = []
-        captions: list[HtmlElement] = []
+    def _table(self, el: Element, flow: Flow) -> None:
+        rows: list[Element] = []
+        captions: list[Element] = []
         marked = False
 
-        def collect(container: HtmlElement) -> None:
+        def collect(container: Element) -> None:
             nonlocal marked
             for child in container:
                 tag = child.tag
@@ -400,7 +412,7 @@ class MarkdownRenderer:
             return
         flow.add(("table", 0, table_lines(grid)))
 
-    def _dl(self, el: HtmlElement, flow: Flow) -> None:
+    def _dl(self, el: Element, flow: Flow) -> None:
         lines: list[str] = []
         term: str | None = None
         details: list[list[str]] = []
@@ -418,7 +430,7 @@ class MarkdownRenderer:
                 lines.append(pad + "- " + detail[0])
                 lines.extend(pad + "  " + line if line else "" for line in detail[1:])
 
-        def walk(container: HtmlElement) -> None:
+        def walk(container: Element) -> None:
             nonlocal term, details
             for child in container:
                 if child.tag == "dt":
@@ -439,13 +451,13 @@ class MarkdownRenderer:
         if lines:
             flow.add(("list", 0, lines))
 
-    def _input(self, el: HtmlElement, flow: Flow) -> None:
+    def _input(self, el: Element, flow: Flow) -> None:
         flow.inline.append(input_text(el))
 
-    def _textarea(self, el: HtmlElement, flow: Flow) -> None:
+    def _textarea(self, el: Element, flow: Flow) -> None:
         flow.inline.append(textarea_text(el, self.raw_text(el, "a <textarea>")))
 
-    def _select(self, el: HtmlElement, flow: Flow) -> None:
+    def _select(self, el: Element, flow: Flow) -> None:
         options = list(el.iter("option"))
         labels = [
             collapse(option.get("label") or self.raw_text(option, "an <option>"))

@@ -99,7 +99,7 @@ def parse_value(raw: str | None, what: str) -> Any:
         size = len(raw.encode("utf-8"))
         raise fault(f"data-value of {what} is {size} bytes; the limit is {MAX_VALUE_BYTES}")
     try:
-        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+        value = _decode(raw)
     except RecursionError:
         raise fault(f"data-value of {what} is nested deeper than {MAX_VALUE_DEPTH}") from None
     except ValueError as exc:
@@ -124,6 +124,23 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{text} is out of range for a JSON number")
     return number
+
+
+# One decoder for all values: json.loads() with hooks would build a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+_JSON_SPACE = " \t\n\r"
+
+
+def _decode(raw: str) -> Any:
+    """``_DECODER.decode(raw)``, calling its C scanner directly (half the cost per value)."""
+    start = len(raw) - len(raw.lstrip(_JSON_SPACE))
+    try:
+        value, end = _DECODER.scan_once(raw, start)
+    except StopIteration:
+        end = -1
+    if end < 0 or (end != len(raw) and raw[end:].strip(_JSON_SPACE)):
+        return _DECODER.decode(raw)  # not one JSON value: let the decoder say what is wrong
+    return value
 
 
 def _depth(value: Any) -> int:

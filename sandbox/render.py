@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from lxml import etree
-from lxml.html import HtmlElement, HTMLParser, document_fromstring
+from lxml.etree import _Element as Element
 
 from protocol.errors import AotuiError, ErrorCode
 from protocol.messages import OperationSpec
@@ -55,8 +55,9 @@ __all__ = ["RenderedView", "ViewLink", "render_view"]
 _MARK_ORDER = ("view", "list", "entity", "operation", "view-link")
 # Characters that would break out of the name="…" attribute the supervisor writes.
 _BAD_NAME = re.compile(r'["<>]')
-# Input is cleaned before parsing: NUL is our <br> stand-in, and libxml2 refuses the rest.
-_BAD_INPUT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+_BYTE_MAP = bytes.maketrans(b"\r\x0c", b"\n ")
+_BYTE_DROP = bytes([*range(0x00, 0x09), 0x0B, *range(0x0E, 0x20), 0x7F])
+_LINE_BREAKS = ("\x85".encode(), "\u2028".encode(), "\u2029".encode())
 _LABEL_SKIP = DROPPED | {"textarea", "select"}
 _LIST_LABEL = frozenset({"listhead"})
 
@@ -99,9 +100,9 @@ class RenderedView:
 
 def render_view(html: str | bytes) -> RenderedView:
     """Render one view document; any fault in it raises ``AotuiError(E_APP_ERROR)``."""
-    doc = _parse(html)
+    doc, controls = _parse(html)
     try:
-        return _ViewRenderer().render(doc)
+        return _ViewRenderer().render(doc, controls)
     except AotuiError:
         raise
     except RecursionError:
@@ -110,23 +111,40 @@ def render_view(html: str | bytes) -> RenderedView:
         raise AotuiError(ErrorCode.E_INTERNAL, f"the view renderer failed: {exc!r}") from exc
 
 
-def _parse(html: str | bytes) -> HtmlElement:
+def _parse(html: str | bytes) -> tuple[Element, bool]:
+    """The parsed document, and whether character references may have produced control chars."""
     if isinstance(html, bytes):
         html = html.decode("utf-8-sig", "replace")
     elif not isinstance(html, str):
         raise fault(f"a view must be HTML text (str or bytes), not {type(html).__name__}")
-    if "\r" in html:
-        html = html.replace("\r\n", "\n").replace("\r", "\n")
-    if _BAD_INPUT.search(html):
-        html = _BAD_INPUT.sub(lambda found: " " if found.group() == "\x0c" else "", html)
-    if not html.strip():
+    # Clean at the byte level (a C loop, far cheaper than a regex over the text): NUL stands for
+    # <br> inside the renderer, libxml2 refuses other C0 controls, and lone surrogates cannot be
+    # encoded. U+0085/U+2028/U+2029 would break lines for str.splitlines().
+    data = html.encode("utf-8", "replace")
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n")
+    data = data.translate(_BYTE_MAP, _BYTE_DROP)
+    for char in _LINE_BREAKS:
+        if char in data:
+            data = data.replace(char, b" ")
+    if not data.strip():
         raise _no_root()
-    # A fresh parser per call: lxml parsers must not be shared between threads.
-    parser = HTMLParser(encoding="utf-8", remove_comments=True, remove_pis=True)
+    # Plain etree.HTMLParser: the same libxml2 parser as lxml.html without its per-element Python
+    # class lookup, which made walking the tree five times slower. A fresh parser per call, since
+    # lxml parsers must not be shared between threads.
+    parser = etree.HTMLParser(encoding="utf-8", remove_comments=True, remove_pis=True)
     try:
-        return document_fromstring(html.encode("utf-8"), parser=parser)
+        doc = etree.fromstring(data, parser)
     except (etree.LxmlError, ValueError) as exc:
         raise fault(f"the view's HTML could not be parsed: {exc}") from None
+    if doc is None:
+        raise _no_root()
+    # libxml2 stops reading at 256 levels of nesting; say so rather than render half a view.
+    for error in parser.error_log:
+        if error.level == etree.ErrorLevels.FATAL:
+            reason = "elements nest deeper than 255 levels" if "depth" in error.message else ""
+            raise fault(f"the view's HTML is cut short: {reason or error.message.strip()}")
+    return doc, b"&#" in data
 
 
 def _no_root() -> AotuiError:
@@ -143,7 +161,7 @@ class _ViewRenderer(MarkdownRenderer):
 
     def __init__(self) -> None:
         super().__init__()
-        self.root: HtmlElement | None = None
+        self.root: Element | None = None
         self.refs: dict[str, Any] = {}
         self.keys: dict[str, str] = {}
         self.ref_types: dict[str, str] = {}
@@ -154,9 +172,9 @@ class _ViewRenderer(MarkdownRenderer):
         self.links: list[ViewLink | None] = []
         self.link_keys: set[str] = set()
 
-    def render(self, doc: HtmlElement) -> RenderedView:
+    def render(self, doc: Element, controls: bool) -> RenderedView:
         """Render the document's one view."""
-        roots: list[HtmlElement] = doc.xpath("//*[@view]")
+        roots = cast(list[Element], doc.xpath("descendant-or-self::*[@view]"))
         if not roots:
             raise _no_root()
         root = self.root = roots[0]
@@ -184,7 +202,7 @@ class _ViewRenderer(MarkdownRenderer):
         return RenderedView(
             name=escape_structural(name),
             description=escape_structural(collapse(root.get("description"))),
-            markdown=escape_structural(finish(assemble(flow.blocks))),
+            markdown=escape_structural(finish(assemble(flow.blocks), controls)),
             refs=self.refs,
             keys=self.keys,
             ref_types=self.ref_types,
@@ -195,7 +213,7 @@ class _ViewRenderer(MarkdownRenderer):
 
     # --- dispatch ----------------------------------------------------------------------------
 
-    def _which(self, el: HtmlElement) -> str | None:
+    def _which(self, el: Element) -> str | None:
         """The one mark an element carries (``view`` is allowed on the root only)."""
         keys = el.keys()
         found = [mark for mark in _MARK_ORDER if mark in keys]
@@ -213,7 +231,7 @@ class _ViewRenderer(MarkdownRenderer):
             raise fault(f"one element carries {attrs}: use one mark per element and nest them")
         return found[0] if found else None
 
-    def mark(self, el: HtmlElement, flow: Flow) -> None:
+    def mark(self, el: Element, flow: Flow) -> None:
         """Render an element carrying a semantic mark."""
         mark = self._which(el)
         if mark == "operation":
@@ -223,11 +241,11 @@ class _ViewRenderer(MarkdownRenderer):
         elif mark == "entity":
             self._entity(el, flow)
         elif mark == "view-link":
-            flow.add(("list", 0, self._link_item(el, "- ", None, "")))
+            flow.add(("linkitem", 0, self._link_item(el, "- ", None, "")))
         else:
             self.element(el, flow)
 
-    def check_unmarked(self, el: HtmlElement, context: str) -> None:
+    def check_unmarked(self, el: Element, context: str) -> None:
         """Refuse marks inside text that is taken verbatim (``pre``, operation labels, forms)."""
         if not self.marks.isdisjoint(el.keys()):
             mark = self._which(el)
@@ -236,7 +254,7 @@ class _ViewRenderer(MarkdownRenderer):
                     f'{mark}="{el.get(mark)}" sits inside {context}, where marks do not work'
                 )
 
-    def item(self, el: HtmlElement, marker: str) -> list[str] | None:
+    def item(self, el: Element, marker: str) -> list[str] | None:
         """An item of an ordinary list, which may itself be a view link, entity or list."""
         keys = el.keys()
         mark = self._which(el) if keys and not self.marks.isdisjoint(keys) else None
@@ -257,9 +275,7 @@ class _ViewRenderer(MarkdownRenderer):
 
     # --- marks -------------------------------------------------------------------------------
 
-    def _link_item(
-        self, el: HtmlElement, marker: str, target: str | None, fallback: str
-    ) -> list[str]:
+    def _link_item(self, el: Element, marker: str, target: str | None, fallback: str) -> list[str]:
         """An item whose label is a link: to ``target``, or to the view link the item carries."""
         subs: list[str] = []
         slot = -1
@@ -294,7 +310,7 @@ class _ViewRenderer(MarkdownRenderer):
                 "list and entity ids must be unique within a view"
             )
 
-    def _claim_link(self, el: HtmlElement) -> tuple[str, str, int]:
+    def _claim_link(self, el: Element) -> tuple[str, str, int]:
         key = link_key((el.get("view-link") or "").strip())
         if key in self.link_keys:
             raise fault(f'view-link="{key}" appears twice in this view; link each child once')
@@ -302,7 +318,7 @@ class _ViewRenderer(MarkdownRenderer):
         self.links.append(None)
         return key, collapse(el.get("description")), len(self.links) - 1
 
-    def _claim_entity(self, el: HtmlElement) -> tuple[str, str]:
+    def _claim_entity(self, el: Element) -> tuple[str, str]:
         spec = (el.get("entity") or "").strip()
         entity_type, entity_id = entity_spec(spec)
         self._claim_id(entity_id, f'entity="{spec}"')
@@ -312,7 +328,7 @@ class _ViewRenderer(MarkdownRenderer):
         self.ref_types[entity_id] = entity_type
         return entity_id, f"{entity_type}:{entity_id}"
 
-    def _entity(self, el: HtmlElement, flow: Flow) -> None:
+    def _entity(self, el: Element, flow: Flow) -> None:
         entity_id, target = self._claim_entity(el)
         if flow.plain:  # inside another link's label: a link in a link would not read
             self.element(el, flow)
@@ -331,7 +347,7 @@ class _ViewRenderer(MarkdownRenderer):
             sub.blocks.insert(0, ("para", 0, [f"[{link_label(entity_id)}]({target})"]))
         flow.splice(sub)
 
-    def _semantic_list(self, el: HtmlElement, flow: Flow) -> None:
+    def _semantic_list(self, el: Element, flow: Flow) -> None:
         spec = (el.get("list") or "").strip()
         item_type, list_id = list_spec(spec)
         self._claim_id(list_id, f'list="{spec}"')
@@ -347,7 +363,7 @@ class _ViewRenderer(MarkdownRenderer):
             if type(child.tag) is not str or child.tag in DROPPED:
                 continue
             ref = f"{list_id}[{index}]"
-            key = child.get("key")
+            key = (child.get("key") or "").strip()
             if not key:
                 raise fault(
                     f'item {ref} of list {list_id} has no key: every item needs key="…", '
@@ -384,7 +400,7 @@ class _ViewRenderer(MarkdownRenderer):
         if lines:
             flow.add(("list", 0, lines))
 
-    def _operation(self, el: HtmlElement) -> None:
+    def _operation(self, el: Element) -> None:
         op_id = operation_id((el.get("operation") or "").strip())
         if op_id in self.operations:
             raise fault(
@@ -395,8 +411,12 @@ class _ViewRenderer(MarkdownRenderer):
         what = f"operation {op_id}"
         source = el
         if el.tag == "form":  # a form's label is its submit button, not every field's text
-            buttons = el.xpath(".//button | .//input[@type='submit']")
-            source = buttons[0] if buttons else el
+            submits = (
+                found
+                for found in el.iter("button", "input")
+                if found.tag == "button" or (found.get("type") or "").lower() == "submit"
+            )
+            source = next(submits, el)
         label = (
             collapse(self.raw_text(source, what, skip=_LABEL_SKIP))
             or collapse(source.get("aria-label") or source.get("title"))

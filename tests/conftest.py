@@ -6,6 +6,7 @@ desktop started (supervisor, zygote, workers) is still alive afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -114,13 +115,16 @@ def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
     yield start
 
     for desktop in started:
-        family = [psutil.Process(desktop.process.pid), *desktop.descendants()]
+        family = desktop.descendants()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            family.append(psutil.Process(desktop.process.pid))
         for client in desktop.clients:
             client.close()
-        try:
-            desktop.client.shutdown()
-        except Exception:
-            desktop.process.kill()
+        if desktop.process.poll() is None:
+            try:
+                desktop.client.shutdown()
+            except Exception:
+                desktop.process.kill()
         desktop.client.close()
         try:
             desktop.process.wait(timeout=15)

@@ -41,7 +41,7 @@ def one(type_name: str, value: str | bool) -> Any:
     return coerce_args(parse_arg_schema({"v": type_name}), {"v": value}).args["v"]
 
 
-# --- schemas ---------------------------------------------------------------------------------------
+# --- schemas --------------------------------------------------------------------------------------
 
 
 def test_schema_from_json_and_back() -> None:
@@ -97,7 +97,7 @@ def test_bad_schemas_are_app_errors(spec: Any, words: list[str]) -> None:
         assert word in error.message
 
 
-# --- coercion --------------------------------------------------------------------------------------
+# --- coercion -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -248,7 +248,7 @@ def test_malformed_ref_is_rejected_before_the_resolver() -> None:
     assert "--message_to_be_replied expects a message ref" in info.value.message
 
 
-# --- refs ------------------------------------------------------------------------------------------
+# --- refs -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -289,7 +289,7 @@ def test_malformed_refs(text: str, words: list[str]) -> None:
         assert word in info.value.message
 
 
-# --- structured form -------------------------------------------------------------------------------
+# --- structured form ------------------------------------------------------------------------------
 
 STRUCTURED_EXAMPLES: list[dict[str, Any]] = [
     {
@@ -385,5 +385,5 @@ def test_arg_values_behave_like_a_frozen_mapping() -> None:
     assert hash(values) == hash(ArgValues({"b": True, "a": "1"}))
     assert repr(values) == "ArgValues({'a': '1', 'b': True})"
     with pytest.raises(AttributeError):
-        values.x = 1  # type: ignore[attr-defined]
+        values.x = 1
     assert len(ArgValues()) == 0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,8 @@ from protocol.grammar import parse_commands
 FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The argument and structured-form checks have smaller input spaces; fewer runs keep the file quick.
 FUZZ_SMALL = settings(FUZZ, max_examples=200)
+
+T = TypeVar("T")
 
 FRAGMENTS = st.sampled_from(
     [
@@ -33,12 +36,19 @@ IN_BLOCK = st.builds(
 )
 
 
-def only_invalid_cmd(text: str) -> list[Command]:
+def attempt(action: Callable[[], T]) -> T | AotuiError:
+    """The result of ``action``, or the ``AotuiError`` it raised; anything else propagates."""
     try:
-        commands = parse_commands(text)
+        return action()
     except AotuiError as exc:
-        assert exc.code is ErrorCode.E_INVALID_CMD
-        assert exc.message
+        return exc
+
+
+def only_invalid_cmd(text: str) -> list[Command]:
+    commands = attempt(lambda: parse_commands(text))
+    if isinstance(commands, AotuiError):
+        assert commands.code is ErrorCode.E_INVALID_CMD
+        assert commands.message
         return []
     assert commands
     return commands
@@ -101,10 +111,9 @@ RAW_VALUES = st.one_of(
     )
 )
 def test_parse_arg_schema(spec: Any) -> None:
-    try:
-        schema = parse_arg_schema(spec)
-    except AotuiError as exc:
-        assert exc.code is ErrorCode.E_APP_ERROR
+    schema = attempt(lambda: parse_arg_schema(spec))
+    if isinstance(schema, AotuiError):
+        assert schema.code is ErrorCode.E_APP_ERROR
         return
     assert parse_arg_schema(schema.to_dict()) == schema
 
@@ -119,10 +128,9 @@ def test_coerce_args(spec: dict[str, str], raw: dict[str, str | bool]) -> None:
         schema = parse_arg_schema(spec)
     except AotuiError:
         return
-    try:
-        result = coerce_args(schema, raw)
-    except AotuiError as exc:
-        assert exc.code is ErrorCode.E_INVALID_CMD
+    result = attempt(lambda: coerce_args(schema, raw))
+    if isinstance(result, AotuiError):
+        assert result.code is ErrorCode.E_INVALID_CMD
         return
     assert set(result.args) <= set(raw)
     assert result.stable_keys == {}
@@ -133,11 +141,11 @@ def test_coerce_args(spec: dict[str, str], raw: dict[str, str | bool]) -> None:
     st.one_of(st.text(max_size=30), st.from_regex(r"[a-z_]{1,8}\[[-0-9a ]{0,12}\]", fullmatch=True))
 )
 def test_parse_ref(text: str) -> None:
-    try:
-        name, index = parse_ref(text)
-    except AotuiError as exc:
-        assert exc.code is ErrorCode.E_INVALID_CMD
+    ref = attempt(lambda: parse_ref(text))
+    if isinstance(ref, AotuiError):
+        assert ref.code is ErrorCode.E_INVALID_CMD
         return
+    name, index = ref
     assert name
     assert index is None or index >= 0
 
@@ -164,9 +172,8 @@ def test_parse_ref(text: str) -> None:
     )
 )
 def test_from_structured(obj: Any) -> None:
-    try:
-        command = Command.from_structured(obj)
-    except AotuiError as exc:
-        assert exc.code is ErrorCode.E_INVALID_CMD
+    command = attempt(lambda: Command.from_structured(obj))
+    if isinstance(command, AotuiError):
+        assert command.code is ErrorCode.E_INVALID_CMD
         return
     assert Command.from_structured(command.to_structured()) == command

@@ -170,19 +170,20 @@ def test_collapse_show_hide_dismount(start_desktop: Start) -> None:
     assert '<application id="app_0"' not in client.snapshot()
     assert client.status()["apps"][0]["state"] == "collapsed"
     client.execute("<context>show --application app_0</context>")
-    text = client.snapshot()
-    conversations = view_id(app_block(text, "app_0"), "Conversations")
+    block = app_block(client.snapshot(), "app_0")
+    conversations = view_id(block, "Conversations")
     client.execute(f'<context app_id="app_0">mount --view {conversations}</context>')
-    assert f'<view id="{conversations}"' in client.snapshot()
+    assert f'<view id="{conversations}"' in app_block(client.snapshot(), "app_0")
     client.execute(f'<context app_id="app_0">hide --view {conversations}</context>')
-    text = client.snapshot()
-    assert f'<view id="{conversations}"' not in text
-    assert f"(view:{conversations}, mounted, hidden)" in text
+    block = app_block(client.snapshot(), "app_0")
+    assert f'<view id="{conversations}"' not in block
+    assert f"(view:{conversations}, mounted, hidden)" in block
     client.execute(f'<context app_id="app_0">show --view {conversations}</context>')
+    assert f'<view id="{conversations}"' in app_block(client.snapshot(), "app_0")
     client.execute(f'<context app_id="app_0">dismount --view {conversations}</context>')
-    text = client.snapshot()
-    assert f'<view id="{conversations}"' not in text
-    assert f"[Conversations](view:{conversations})" in text
+    block = app_block(client.snapshot(), "app_0")
+    assert f'<view id="{conversations}"' not in block
+    assert f"[Conversations](view:{conversations})" in block
 
 
 def test_input_lease(start_desktop: Start) -> None:
@@ -283,5 +284,6 @@ def test_install_and_uninstall(start_desktop: Start) -> None:
     assert twice.value.code is ErrorCode.E_INVALID_CMD
     client.execute("<context>open --application app_1</context>")
     client.uninstall("app_1")
-    assert "Crashy" not in client.snapshot()
+    assert "[Crashy](application:" not in client.snapshot()
+    assert "app_1" not in {row["app"] for row in client.status()["apps"]}
     assert client.install(TEST_APPS / "crashy")["app"] == "app_2"  # ids are never reused

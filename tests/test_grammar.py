@@ -70,7 +70,8 @@ def test_view_commands(verb: str, action: Action, form: str) -> None:
         'execute reply_message --message_to_be_replied message_history[0] --content "Hi, Johnny"',
         "execute operation --id reply_message --message_to_be_replied message_history[0] "
         "--content 'Hi, Johnny'",
-        'execute operation --message_to_be_replied message_history[0] --id=reply_message --content="Hi, Johnny"',
+        "execute operation --message_to_be_replied message_history[0] --id=reply_message "
+        '--content="Hi, Johnny"',
     ],
 )
 def test_execute_both_dialects(body: str) -> None:
@@ -104,7 +105,7 @@ def test_app_ids_may_be_manifest_ids(app_id: str) -> None:
     assert one(f'<context app_id="{app_id}">mount --view view_1</context>').app_id == app_id
 
 
-# --- blocks, separators, prose ---------------------------------------------------------------------
+# --- blocks, separators, prose --------------------------------------------------------------------
 
 
 def test_contract_example_runs_in_order() -> None:
@@ -112,7 +113,8 @@ def test_contract_example_runs_in_order() -> None:
         "<context>open --application app_1</context>\n"
         '<context app_id="app_0">mount --view view_3; mount --view view_4</context>\n'
         '<context app_id="app_0" view_id="view_3">\n'
-        '  execute reply_message --message_to_be_replied message_history[0] --content "Hi, Johnny"\n'
+        "  execute reply_message --message_to_be_replied message_history[0]"
+        ' --content "Hi, Johnny"\n'
         "</context>"
     )
     assert [(c.action, c.target) for c in parse_commands(text)] == [
@@ -133,7 +135,10 @@ def test_prose_around_and_between_blocks_is_ignored() -> None:
 
 
 def test_seed_003_block_with_semicolons_and_newlines() -> None:
-    text = '<context app_id="app_0">\n    mount view --id view_3;\n    mount view --id view_4;\n</context>'
+    text = (
+        '<context app_id="app_0">\n    mount view --id view_3;\n    mount view --id view_4;\n'
+        "</context>"
+    )
     assert [c.target for c in parse_commands(text)] == ["view_3", "view_4"]
 
 
@@ -189,7 +194,7 @@ def test_context_tag_tolerates_space_before_close() -> None:
     assert one("<context >open --application a</context >").target == "a"
 
 
-# --- arguments -------------------------------------------------------------------------------------
+# --- arguments ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -271,7 +276,7 @@ def test_command_is_frozen_hashable_and_picklable() -> None:
     assert pickle.loads(pickle.dumps(command)) == command
 
 
-# --- errors: where, what, and the correct form -----------------------------------------------------
+# --- errors: where, what, and the correct form ----------------------------------------------------
 
 
 @pytest.mark.parametrize("text", ["", "just prose", "open --application app_1", "<contexts>x"])

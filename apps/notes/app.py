@@ -140,7 +140,9 @@ class NoteView(View):
         notes = self.app
         assert isinstance(notes, NotesApp)
         title = call.args.get("title")
-        return notes.edit(self.note_id, str(call.args["text"]), None if title is None else str(title))
+        return notes.edit(
+            self.note_id, str(call.args["text"]), None if title is None else str(title)
+        )
 
     @operation("delete")
     def delete(self, call: OperationCall) -> dict[str, str]:

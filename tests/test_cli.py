@@ -1,0 +1,142 @@
+"""The `aotui` command line against real desktops: every command, exit codes, no leftovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import TEST_APPS, RunningDesktop, wait_for
+
+Start = Callable[..., RunningDesktop]
+
+
+def aotui(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def on(desktop: RunningDesktop) -> list[str]:
+    return ["--desktop", desktop.name, "--socket", str(desktop.runtime)]
+
+
+def test_no_desktop_is_exit_69(tmp_path: Path) -> None:
+    for command in (["status"], ["snapshot"], ["exec", "<context>open --application app_0</context>"],
+                    ["down"]):
+        result = aotui(*command, "--socket", str(tmp_path))
+        assert result.returncode == 69, (command, result.stderr)
+        assert "no desktop is running" in result.stderr
+    result = aotui("status", "--json", "--socket", str(tmp_path))
+    assert json.loads(result.stdout)["error"]["code"] == "E_INTERNAL"
+
+
+def test_help_lists_every_command() -> None:
+    result = aotui("--help")
+    assert result.returncode == 0
+    for command in ("up", "down", "install", "uninstall", "status", "snapshot", "exec", "watch",
+                    "demo", "say"):
+        assert command in result.stdout
+    assert "exit codes" in result.stdout
+
+
+def test_commands_on_a_running_desktop(start_desktop: Start) -> None:
+    desktop = start_desktop(["system/chat", "echo"])
+    where = on(desktop)
+    status = aotui("status", *where)
+    assert status.returncode == 0
+    assert "APP" in status.stdout and "system.chat" in status.stdout and "not running" in status.stdout
+    rows = json.loads(aotui("status", "--json", *where).stdout)
+    assert rows["pid"] == desktop.process.pid
+    chat = rows["apps"][0]
+    assert {"app", "id", "state", "pid", "rss_bytes", "cpu_percent", "restarts", "last_exit"} <= set(chat)
+    assert chat["state"] == "running" and chat["pid"] and chat["rss_bytes"] > 0
+
+    plain = aotui("snapshot", "--plain", *where)
+    assert plain.stdout.startswith("<desktop>") and plain.stderr == ""
+    as_json = json.loads(aotui("snapshot", "--json", *where).stdout)
+    assert as_json["snapshot_id"].startswith("T") and as_json["markdown"].startswith("<desktop>")
+
+    opened = aotui("exec", "<context>open --application app_1</context>", *where)
+    assert opened.returncode == 0 and "1 command(s) ran" in opened.stdout
+    bumped = aotui("exec", "--json", *where,
+                   stdin='<context app_id="app_1" view_id="view_0">execute bump</context>')
+    assert json.loads(bumped.stdout)["results"] == [1]
+
+    bad = aotui("exec", "<context>launch --application app_1</context>", *where)
+    assert bad.returncode == 64 and "E_INVALID_CMD" in bad.stderr
+    missing = aotui("exec", "<context>open --application app_9</context>", *where)
+    assert missing.returncode == 65
+    stale = aotui("exec", "--snapshot", "T999",
+                  '<context app_id="app_1" view_id="view_0">execute bump</context>', *where)
+    assert stale.returncode == 75 and "E_STALE_STATE" in stale.stderr
+
+    assert aotui("say", "hi from the CLI", *where).returncode == 0
+    installed = aotui("install", str(TEST_APPS / "crashy"), *where)
+    assert installed.returncode == 0 and installed.stdout.strip() == "app_2"
+    assert aotui("install", str(TEST_APPS / "nope"), *where).returncode == 65
+    assert aotui("uninstall", "test.crashy", *where).returncode == 0
+
+    watched = aotui("watch", "--max-updates", "2", *where)
+    assert watched.returncode == 0 and watched.stdout.count("aotui watch") == 2
+
+
+def test_up_detach_and_down_leave_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "d.toml"
+    config.write_text(f'apps = ["{TEST_APPS / "echo"}", "system/chat"]\n')
+    where = ["--socket", str(tmp_path / "run"), "--desktop", "cli"]
+    up = aotui("up", "--detach", "--config", str(config), *where)
+    assert up.returncode == 0, up.stderr
+    pid = json.loads(aotui("status", "--json", *where).stdout)["pid"]
+    family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    assert len(family) >= 3  # supervisor, zygote, the chat worker
+    again = aotui("up", "--detach", "--config", str(config), *where)
+    assert again.returncode == 64 and "already running" in again.stderr
+    down = aotui("down", *where)
+    assert down.returncode == 0
+    _, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive
+    assert aotui("status", *where).returncode == 69
+
+
+def test_workers_die_with_a_killed_supervisor(start_desktop: Start) -> None:
+    desktop = start_desktop(["system/chat", "echo"])
+    desktop.client.execute("<context>open --application app_1</context>")
+    family = desktop.descendants()
+    assert len(family) >= 3  # zygote and two workers
+    os.kill(desktop.process.pid, signal.SIGKILL)
+    desktop.process.wait(timeout=10)
+    _, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, "workers outlived their supervisor"
+
+
+def test_demo_runs_and_cleans_up() -> None:
+    before = {p.pid for p in psutil.process_iter()}
+    result = aotui("demo", timeout=120)
+    assert result.returncode == 0, result.stderr
+    for expected in ("snapshot T1", "agent", "reply_message", "Me.", "demo finished"):
+        assert expected in result.stdout
+
+    def only_old_processes() -> bool:
+        new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before]
+        return not any("supervisor" in " ".join(p.info["cmdline"] or []) for p in new)
+
+    wait_for(only_old_processes, 10, "the demo's processes to exit")
+
+
+@pytest.mark.parametrize("flag", ["--plain", "--json"])
+def test_snapshot_flags_without_desktop(flag: str, tmp_path: Path) -> None:
+    assert aotui("snapshot", flag, "--socket", str(tmp_path)).returncode == 69
