@@ -1,4 +1,4 @@
-"""Encode and decode cost of realistic frames: a ~1 KB operation and a ~100 KB fragment update.
+"""Encode and decode cost of realistic frames: a ~1 KB operation, two ~100 KB fragment updates.
 
 Run with ``.venv/bin/python bench/bench_codec.py``; :func:`run` returns the figures in µs.
 """
@@ -62,7 +62,7 @@ def fragment_update_100kb() -> FragmentUpdate:
                 name="conversation",
                 parent="contacts" if v else None,
                 mounted=v < 4,
-                markdown=f"## Conversation {v}\n\n" + "\n".join(lines) * 1,
+                markdown=f"## Conversation {v}\n\n" + "\n".join(lines),
                 refs=refs,
                 keys={f"messages[{i}]": f"message:m-{v}-{i}" for i in range(40)},
                 ref_types={f"messages[{i}]": "message" for i in range(40)},
@@ -76,6 +76,24 @@ def fragment_update_100kb() -> FragmentUpdate:
             )
         )
     return FragmentUpdate(revision=812, views=views, removed=["conversation:old"])
+
+
+def markdown_update_100kb() -> FragmentUpdate:
+    """One mounted document view: 100 KB of Markdown and a handful of refs."""
+    paragraph = "The supervisor restarts a crashed worker with backoff and replays its state. "
+    view = ViewFragment(
+        key="document:design",
+        name="document",
+        parent=None,
+        mounted=True,
+        markdown="# Design notes\n\n" + (paragraph * 13 + "\n\n") * 100,
+        refs={f"sections[{i}]": f"s-{i}" for i in range(10)},
+        keys={f"sections[{i}]": f"section:{i}" for i in range(10)},
+        ref_types={f"sections[{i}]": "section" for i in range(10)},
+        operations=[OperationSpec("edit", "Edit", "Edit a section", {"section": "ref"})],
+        links=[],
+    )
+    return FragmentUpdate(revision=5, views=[view], removed=[])
 
 
 def best_us(action: Callable[[], object], loops: int) -> float:
@@ -100,14 +118,16 @@ def measure(label: str, message: Message, loops: int) -> dict[str, float]:
         f"{label}_roundtrip_us": best_us(lambda: decode(encode(message)), loops),
     }
     for name, value in figures.items():
-        print(f"{name:<26} {value:9.1f} µs   ({len(frame):,}-byte frame)")
+        print(f"{name:<28} {value:9.1f} µs   ({len(frame):,}-byte frame)")
     return figures
 
 
 def run() -> dict[str, float]:
-    """Measure both frames and return every figure by name."""
-    return measure("op_1kb", operation_1kb(), 2000) | measure(
-        "fragments_100kb", fragment_update_100kb(), 200
+    """Measure the three frames and return every figure by name."""
+    return (
+        measure("op_1kb", operation_1kb(), 2000)
+        | measure("markdown_100kb", markdown_update_100kb(), 500)
+        | measure("views_100kb", fragment_update_100kb(), 100)
     )
 
 

@@ -40,9 +40,21 @@ class Desktop:
         lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
         config.write_text("\n".join(lines) + "\n")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "up", "--desktop", "bench", "--config",
-             str(config), "--socket", str(self.tmp / "run")],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "supervisor",
+                "up",
+                "--desktop",
+                "bench",
+                "--config",
+                str(config),
+                "--socket",
+                str(self.tmp / "run"),
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         self.client = Client("bench", str(self.tmp / "run"), timeout_s=60)
@@ -98,9 +110,11 @@ def bench_round_trip(n: int = 2000) -> dict[str, float]:
     finally:
         desktop.close()
     p50, p99 = _pct(samples, 0.5), _pct(samples, 0.99)
-    print(f"round trip (no-op execute, {n} calls): p50 {p50:.3f} ms (target ≤ 1) "
-          f"{'PASS' if p50 <= 1 else 'MISS'}, p99 {p99:.3f} ms (target ≤ 5) "
-          f"{'PASS' if p99 <= 5 else 'MISS'}")
+    print(
+        f"round trip (no-op execute, {n} calls): p50 {p50:.3f} ms (target ≤ 1) "
+        f"{'PASS' if p50 <= 1 else 'MISS'}, p99 {p99:.3f} ms (target ≤ 5) "
+        f"{'PASS' if p99 <= 5 else 'MISS'}"
+    )
     return {"round_trip_p50_ms": p50, "round_trip_p99_ms": p99}
 
 
@@ -111,8 +125,11 @@ def bench_snapshot(n: int = 300) -> dict[str, float]:
         desktop = Desktop(apps)
         try:
             client = desktop.client
-            client.execute("<context>" + ";".join(
-                f"open --application app_{i}" for i in range(10)) + "</context>")
+            client.execute(
+                "<context>"
+                + ";".join(f"open --application app_{i}" for i in range(10))
+                + "</context>"
+            )
             size = len(client.snapshot())
             samples = []
             for _ in range(n):
@@ -122,8 +139,10 @@ def bench_snapshot(n: int = 300) -> dict[str, float]:
         finally:
             desktop.close()
     p50 = _pct(samples, 0.5)
-    print(f"snapshot pull (10 apps × 100-item list, {size / 1024:.0f} KB): p50 {p50:.2f} ms "
-          f"(target ≤ 5) {'PASS' if p50 <= 5 else 'MISS'}, p99 {_pct(samples, 0.99):.2f} ms")
+    print(
+        f"snapshot pull (10 apps × 100-item list, {size / 1024:.0f} KB): p50 {p50:.2f} ms "
+        f"(target ≤ 5) {'PASS' if p50 <= 5 else 'MISS'}, p99 {_pct(samples, 0.99):.2f} ms"
+    )
     return {"snapshot_p50_ms": p50}
 
 
@@ -141,11 +160,11 @@ def bench_open(n: int = 30) -> dict[str, float]:
     finally:
         desktop.close()
     p50 = _pct(samples, 0.5)
-    print(f"open → first fragment (zygote fork, {n} opens): p50 {p50:.1f} ms (target ≤ 50) "
-          f"{'PASS' if p50 <= 50 else 'MISS'}")
+    print(
+        f"open → first fragment (zygote fork, {n} opens): p50 {p50:.1f} ms (target ≤ 50) "
+        f"{'PASS' if p50 <= 50 else 'MISS'}"
+    )
     return {"open_p50_ms": p50}
-
-
 
 
 def bench_start_paths(n: int = 10) -> dict[str, float]:
@@ -182,8 +201,11 @@ def bench_memory(apps: int = 50) -> dict[str, float]:
         desktop = Desktop(dirs)
         try:
             client = desktop.client
-            client.execute("<context>" + ";".join(
-                f"open --application app_{i}" for i in range(apps)) + "</context>")
+            client.execute(
+                "<context>"
+                + ";".join(f"open --application app_{i}" for i in range(apps))
+                + "</context>"
+            )
             for _ in range(20):
                 client.snapshot()
             status = client.status()
@@ -195,8 +217,10 @@ def bench_memory(apps: int = 50) -> dict[str, float]:
             ]
         finally:
             desktop.close()
-    print(f"supervisor RSS with {running} running apps: {rss:.1f} MB (target ≤ 80) "
-          f"{'PASS' if rss <= 80 else 'MISS'}; worker USS median {statistics.median(uss):.1f} MB")
+    print(
+        f"supervisor RSS with {running} running apps: {rss:.1f} MB (target ≤ 80) "
+        f"{'PASS' if rss <= 80 else 'MISS'}; worker USS median {statistics.median(uss):.1f} MB"
+    )
     return {"supervisor_rss_mb": rss, "worker_uss_mb": statistics.median(uss)}
 
 

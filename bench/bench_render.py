@@ -16,21 +16,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import html2text  # noqa: E402
-import markdownify  # noqa: E402
+import html2text
+import markdownify
 
-from sandbox.render import render_view  # noqa: E402
+from sandbox.render import render_view
 
 __all__ = ["list_view_html", "ordinary_page_html", "run"]
 
 LIST_TARGET_MS = 20.0
 RATIO_TARGET = 3.0
 
-_WORDS = (
-    "agent desktop view render snapshot operation message list entity worker supervisor sandbox "
-    "markdown protocol registry signal reply context command argument value key item stable "
-    "process memory limit restart policy socket client lock lease token budget latency"
-).split()
+_WORDS = [
+    *("agent", "desktop", "view", "render", "snapshot", "operation", "message", "list", "entity"),
+    *("worker", "supervisor", "sandbox", "markdown", "protocol", "registry", "signal", "reply"),
+    *("context", "command", "argument", "value", "key", "item", "stable", "process", "memory"),
+    *("limit", "restart", "policy", "socket", "client", "lock", "lease", "token", "latency"),
+]
 
 
 def list_view_html(items: int = 1000) -> str:
@@ -81,7 +82,8 @@ def ordinary_page_html(target_bytes: int = 200_000, seed: int = 3) -> str:
     def table() -> str:
         head = "".join(f"<th>{rng.choice(_WORDS).title()}</th>" for _ in range(4))
         body = "".join(
-            "<tr>" + "".join(f"<td>{rng.choice(_WORDS)} {rng.randint(1, 999)}</td>" for _ in range(4))
+            "<tr>"
+            + "".join(f"<td>{rng.choice(_WORDS)} {rng.randint(1, 999)}</td>" for _ in range(4))
             + "</tr>"
             for _ in range(rng.randint(3, 8))
         )
@@ -140,12 +142,18 @@ def run() -> dict[str, float]:
     figures["page_html2text_ms"] = _best_ms(lambda: converter.handle(page), repeat=5)
     figures["ratio_markdownify"] = figures["page_markdownify_ms"] / figures["page_aotui_ms"]
     figures["ratio_html2text"] = figures["page_html2text_ms"] / figures["page_aotui_ms"]
-    print(f"render {figures['page_kb']:.0f} KB ordinary page with aotui:        "
-          f"{figures['page_aotui_ms']:.2f} ms")
-    print(f"render {figures['page_kb']:.0f} KB ordinary page with markdownify:  "
-          f"{figures['page_markdownify_ms']:.2f} ms")
-    print(f"render {figures['page_kb']:.0f} KB ordinary page with html2text:    "
-          f"{figures['page_html2text_ms']:.2f} ms")
+    print(
+        f"render {figures['page_kb']:.0f} KB ordinary page with aotui:        "
+        f"{figures['page_aotui_ms']:.2f} ms"
+    )
+    print(
+        f"render {figures['page_kb']:.0f} KB ordinary page with markdownify:  "
+        f"{figures['page_markdownify_ms']:.2f} ms"
+    )
+    print(
+        f"render {figures['page_kb']:.0f} KB ordinary page with html2text:    "
+        f"{figures['page_html2text_ms']:.2f} ms"
+    )
     verdict = "PASS" if figures["ratio_markdownify"] >= RATIO_TARGET else "MISS"
     print(
         f"aotui vs markdownify: {figures['ratio_markdownify']:.1f}x faster "

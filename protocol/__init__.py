@@ -1,6 +1,6 @@
 """The words on the wire; imports nothing else of aotui.
 
-- :mod:`protocol.errors` — ``ErrorCode`` (with recoverable / JSON-RPC / exit codes) and ``AotuiError``.
+- :mod:`protocol.errors` — ``ErrorCode`` (recoverable / JSON-RPC / exit codes), ``AotuiError``.
 - :mod:`protocol.messages` — the frozen dataclass messages between client, supervisor and worker.
 """
 

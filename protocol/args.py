@@ -2,9 +2,9 @@
 
 An operation declares ``args='{"message_to_be_replied": "message", "count?": "integer"}'``:
 :func:`parse_arg_schema` reads that into an :class:`ArgSchema`. A schema comes from app code, so a
-bad one is ``E_APP_ERROR``. :func:`coerce_args` turns the raw values a :class:`~protocol.commands.
-Command` carries (text, or ``True`` for a bare ``--flag``) into typed values; a value that does not
-fit is the agent's mistake, ``E_INVALID_CMD``, naming the argument and the expected type.
+bad one is ``E_APP_ERROR``. :func:`coerce_args` turns the raw values a command carries (text, or
+``True`` for a bare ``--flag``) into typed values; a value that does not fit is the agent's
+mistake, ``E_INVALID_CMD``, naming the argument and the expected type.
 
 An argument of a list item type (``message``) takes a ref: ``message_history[0]``, ``list[0]`` or an
 entity id. The caller's :data:`RefResolver` turns it into the ``data-value`` recorded in the
@@ -17,9 +17,9 @@ import json
 import math
 import re
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, TypeAlias
 
 from protocol.errors import AotuiError, ErrorCode, invalid_cmd
 
@@ -116,14 +116,10 @@ class ResolvedRef:
     key: Any
 
 
-class RefResolver(Protocol):
-    """Turns a ref (``message_history[0]``, an entity id) of an expected item type into its value.
-
-    Raises ``AotuiError`` (``E_NOT_FOUND``, ``E_STALE_STATE``, …), which :func:`coerce_args` passes
-    through unchanged.
-    """
-
-    def __call__(self, ref: str, expected_type: str) -> ResolvedRef: ...
+#: ``resolve(ref, expected_type)``: what a ref (``message_history[0]``, an entity id) stands for.
+#: It raises ``AotuiError`` (``E_NOT_FOUND``, ``E_STALE_STATE``, …), which :func:`coerce_args`
+#: passes through unchanged. A Callable rather than a Protocol, so any plain function fits.
+RefResolver: TypeAlias = Callable[[str, str], ResolvedRef]
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,8 +315,8 @@ def parse_ref(text: str) -> tuple[str, int | None]:
         raise invalid_cmd(
             f"{_show(text)} has index [{index:.20}]; an index is a whole number from 0, "
             f"like {name}[0]",
-            ref=text,
+            ref=text[:80],
         )
     if len(index) > _MAX_INDEX_DIGITS:
-        raise invalid_cmd(f"{_show(text)} has an index too large to exist", ref=text)
+        raise invalid_cmd(f"{_show(text)} has an index too large to exist", ref=text[:80])
     return name, int(index)

@@ -16,7 +16,7 @@ by :func:`_scan`, which allocates nothing.
 
 A peer's malformed frame is a protocol violation: decoding raises ``E_INVALID_CMD``. A message of
 ours that cannot be encoded is our bug: encoding raises ``E_INTERNAL``. Nothing else escapes;
-:func:`_map_msgpack_errors` is the one place foreign exceptions become ours::
+:class:`_MapMsgpackErrors` is the one place foreign exceptions become ours::
 
     raised inside the codec                           data["reason"]   decode          encode
     ────────────────────────────────────────────────  ──────────────  ──────────────  ──────────
@@ -37,12 +37,11 @@ Duplicate map keys are not detected: msgpack keeps the last, and every aotui pee
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import msgpack
@@ -122,16 +121,21 @@ _FOREIGN_ERRORS: tuple[tuple[type[Exception], str, str], ...] = (
 )
 
 
-@contextlib.contextmanager
-def _map_msgpack_errors(code: ErrorCode, doing: str) -> Iterator[None]:
-    """Turn every exception raised inside into an :class:`AotuiError` (the module's table)."""
-    try:
-        yield
-    except AotuiError:
-        raise
-    except _Refused as refused:
-        raise refused.error(code, doing) from None
-    except Exception as exc:
+class _MapMsgpackErrors:
+    """Turns every exception raised in its ``with`` block into an :class:`AotuiError`."""
+
+    # A class rather than @contextmanager: it is entered for every frame, and costs a third.
+    def __init__(self, code: ErrorCode, doing: str) -> None:
+        self.code, self.doing = code, doing
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if exc is None or isinstance(exc, AotuiError) or not isinstance(exc, Exception):
+            return
+        if isinstance(exc, _Refused):
+            raise exc.error(self.code, self.doing) from None
         text = str(exc)[:200]
         for foreign, reason, what in _FOREIGN_ERRORS:
             if isinstance(exc, foreign):
@@ -140,10 +144,14 @@ def _map_msgpack_errors(code: ErrorCode, doing: str) -> Iterator[None]:
                     reason, what = "ext_type", "ext types are not allowed"
                 elif isinstance(exc, ValueError) and "exceeds max_" in text:
                     reason, what = "over_limit", "a length exceeds the limits or the frame"
-                detail = f"{doing}: {what} ({text})" if text else f"{doing}: {what}"
-                raise AotuiError(code, detail, {"reason": reason}) from exc
-        detail = f"{doing}: codec bug: {exc!r:.200}"
+                detail = f"{self.doing}: {what} ({text})" if text else f"{self.doing}: {what}"
+                raise AotuiError(self.code, detail, {"reason": reason}) from exc
+        detail = f"{self.doing}: codec bug: {exc!r:.200}"
         raise AotuiError(ErrorCode.E_INTERNAL, detail, {"reason": "bug"}) from exc
+
+
+_DECODING = _MapMsgpackErrors(ErrorCode.E_INVALID_CMD, "malformed frame")
+_ENCODING = _MapMsgpackErrors(ErrorCode.E_INTERNAL, "cannot encode")
 
 
 # Size, header included, of each fixed-size type by first byte: nil, bools, floats, ints.
@@ -271,7 +279,7 @@ class Codec:
 
     def encode(self, message: Message) -> bytes:
         """The frame for ``message``; ``E_INTERNAL`` if it holds what the wire cannot carry."""
-        with _map_msgpack_errors(ErrorCode.E_INTERNAL, "cannot encode"):
+        with _ENCODING:
             encode_fields = self._encoders.get(type(message))
             if encode_fields is None:
                 raise _Refused("unknown_kind", f"{type(message).__name__} is not a message")
@@ -293,7 +301,7 @@ class Codec:
 
     def decode(self, frame: bytes) -> Message:
         """The message in ``frame``; ``E_INVALID_CMD`` naming the fault if it is malformed."""
-        with _map_msgpack_errors(ErrorCode.E_INVALID_CMD, "malformed frame"):
+        with _DECODING:
             if not isinstance(frame, bytes):
                 raise _Refused("not_bytes", f"a frame is bytes, got {type(frame).__name__}")
             self._check_size(frame)

@@ -58,7 +58,12 @@ class ErrorCode(enum.Enum):
         return member
 
     def __str__(self) -> str:
-        return self.value
+        return self.name
+
+    @classmethod
+    def parse(cls, name: object) -> ErrorCode | None:
+        """The code named ``name`` (``"E_NOT_FOUND"``), or ``None`` for anything else."""
+        return cls.__members__.get(name) if isinstance(name, str) else None
 
     @classmethod
     def from_jsonrpc(cls, jsonrpc_code: int) -> ErrorCode:
@@ -126,12 +131,7 @@ class AotuiError(Exception):
         data = dict(raw_data) if isinstance(raw_data, Mapping) else {}
         name = data.pop("code", None)
         data.pop("recoverable", None)
-        code: ErrorCode | None = None
-        if isinstance(name, str):
-            try:
-                code = ErrorCode(name)
-            except ValueError:
-                code = None
+        code = ErrorCode.parse(name)
         if code is None:
             jsonrpc_code = error.get("code")
             code = (
@@ -145,10 +145,7 @@ class AotuiError(Exception):
     @classmethod
     def from_dict(cls, reply: Mapping[str, Any]) -> AotuiError:
         """Rebuild an error from :meth:`to_dict` output; unknown codes become ``E_INTERNAL``."""
-        try:
-            code = ErrorCode(reply.get("code"))
-        except ValueError:
-            code = ErrorCode.E_INTERNAL
+        code = ErrorCode.parse(reply.get("code")) or ErrorCode.E_INTERNAL
         data = reply.get("data")
         return cls(
             code, str(reply.get("message", "")), dict(data) if isinstance(data, Mapping) else {}

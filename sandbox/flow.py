@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "BR",
+    "DROPPED",
     "Block",
     "Flow",
     "assemble",
@@ -30,6 +31,13 @@ __all__ = [
 
 #: Stands for ``<br>`` in the inline buffer; the input is cleaned of NULs, so it cannot collide.
 BR = "\x00"
+
+#: Elements whose content never reaches the agent.
+DROPPED = frozenset(
+    {"script", "style", "template", "noscript", "head", "title", "meta", "link", "base", "svg"}
+    | {"canvas", "iframe", "object", "embed", "video", "audio", "source", "track", "map", "area"}
+    | {"datalist", "param", "wbr"}
+)
 
 #: ``(kind, level, lines)``; kind is para, heading, listhead, list, linkitem, pre, table, quote or
 #: hr; ``level`` is the heading level of a heading or listhead (their ``#`` are added on assembly).

@@ -16,6 +16,7 @@ from lxml.etree import _Element as Element
 from sandbox.controls import input_text, select_text, textarea_text
 from sandbox.flow import (
     BR,
+    DROPPED,
     Flow,
     assemble,
     code_span,
@@ -24,23 +25,18 @@ from sandbox.flow import (
     item_lines,
     link_label,
     safe_href,
-    table_lines,
     take_label,
 )
+from sandbox.tables import TablesMixin
 
-__all__ = ["DROPPED", "MarkdownRenderer"]
+__all__ = ["MarkdownRenderer"]
 
-_STRIP = " \t\n\r\f\xa0" + BR
+# Every character str.split() collapses (so the two agree on what is a space), plus <br>.
+_STRIP = "".join(char for char in map(chr, range(0x3001)) if char.isspace()) + BR
 _BACKTICKS = re.compile(r"`+")
 _LANGUAGE = re.compile(r"\b(?:language|lang)-([A-Za-z0-9_+#.-]+)")
 _LABEL_KINDS = frozenset({"para", "heading"})
 
-#: Elements whose content never reaches the agent.
-DROPPED = frozenset(
-    {"script", "style", "template", "noscript", "head", "title", "meta", "link", "base", "svg"}
-    | {"canvas", "iframe", "object", "embed", "video", "audio", "source", "track", "map", "area"}
-    | {"datalist", "param", "wbr"}
-)
 _BLOCKS = ["p", "div", "address", "center", "details", "dialog", "fieldset", "figcaption"]
 _BLOCKS += ["figure", "footer", "form", "header", "hgroup", "main", "search", "legend", "summary"]
 _BLOCKS += ["caption", "li", "dt", "dd", "td", "th"]
@@ -52,7 +48,7 @@ _EMPHASIS |= {"s": "~~", "strike": "~~", "del": "~~"}
 Handler = Callable[[Element, Flow], None]
 
 
-class MarkdownRenderer:
+class MarkdownRenderer(TablesMixin):
     """Walks an lxml HTML tree once, producing Markdown blocks into a :class:`Flow`."""
 
     #: Attributes that route an element to :meth:`mark` (none here; the view renderer sets them).
@@ -355,101 +351,6 @@ class MarkdownRenderer:
         lines = assemble(sub.blocks)
         if lines:
             flow.add(("quote", 0, ["> " + line if line else ">" for line in lines]))
-
-    def _cell(self, el: Element, plain: bool) -> str:
-        sub = Flow(plain)
-        self.children(el, sub)
-        return sub.text().replace("|", "\\|")
-
-    def _row(self, el: Element, flow: Flow) -> None:
-        # A row outside a table (or in a table that is a semantic list): cells joined by " | ".
-        cells = [self._cell(cell, flow.plain) for cell in el if cell.tag in ("td", "th")]
-        line = " | ".join(cell for cell in cells if cell)
-        if line:
-            flow.inline.append(line)
-            flow.flush()
-
-    def _table(self, el: Element, flow: Flow) -> None:
-        rows: list[Element] = []
-        captions: list[Element] = []
-        marked = False
-
-        def collect(container: Element) -> None:
-            nonlocal marked
-            for child in container:
-                tag = child.tag
-                if type(tag) is not str or tag in DROPPED or tag in ("colgroup", "col"):
-                    continue
-                if self.marks and not self.marks.isdisjoint(child.keys()):
-                    marked = True
-                if tag == "tr":
-                    rows.append(child)
-                elif tag == "caption":
-                    captions.append(child)
-                else:  # thead, tbody, tfoot, and wrappers browsers would move out
-                    collect(child)
-
-        collect(el)
-        if marked:  # a row group is a semantic list: render rows as content, not as a grid
-            self.block(el, flow)
-            return
-        for caption in captions:
-            self.block(caption, flow)
-        grid: list[list[str]] = []
-        for row in rows:
-            cells: list[str] = []
-            for cell in row:
-                if cell.tag in ("td", "th"):
-                    cells.append(self._cell(cell, False))
-                    try:
-                        span = min(int(cell.get("colspan", "1")), 64)
-                    except ValueError:
-                        span = 1
-                    cells.extend([""] * (span - 1))
-            if cells:
-                grid.append(cells)
-        if not any(any(row) for row in grid):
-            return
-        flow.add(("table", 0, table_lines(grid)))
-
-    def _dl(self, el: Element, flow: Flow) -> None:
-        lines: list[str] = []
-        term: str | None = None
-        details: list[list[str]] = []
-
-        def close() -> None:
-            if term is None and not details:
-                return
-            if term is not None and len(details) == 1 and len(details[0]) == 1:
-                lines.append(f"- {term}: {details[0][0]}")
-                return
-            if term is not None:
-                lines.append(f"- {term}")
-            pad = "    " if term is not None else ""
-            for detail in details:
-                lines.append(pad + "- " + detail[0])
-                lines.extend(pad + "  " + line if line else "" for line in detail[1:])
-
-        def walk(container: Element) -> None:
-            nonlocal term, details
-            for child in container:
-                if child.tag == "dt":
-                    close()
-                    term, details = self._cell(child, False).replace("\\|", "|"), []
-                elif child.tag == "dd":
-                    sub = Flow()
-                    self.children(child, sub)
-                    sub.flush()
-                    detail = assemble(sub.blocks)
-                    if detail:
-                        details.append(detail)
-                elif child.tag == "div":
-                    walk(child)
-
-        walk(el)
-        close()
-        if lines:
-            flow.add(("list", 0, lines))
 
     def _input(self, el: Element, flow: Flow) -> None:
         flow.inline.append(input_text(el))

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from protocol.errors import AotuiError, ErrorCode
 from protocol.messages import OperationSpec
+from protocol.structure import escape_structural
 from sandbox.flow import link_label
 
 __all__ = [
@@ -40,12 +41,17 @@ _ENTITY_SPEC = re.compile(rf"({_IDENT}):({_IDENT})")
 _OP_ID = re.compile(_IDENT)
 _ARG_NAME = re.compile(rf"{_IDENT}\??")
 _LINK_KEY = re.compile(r"[A-Za-z0-9_.:@-]+")
+_MAX_MESSAGE = 600
 # A JSON escape that may decode to a lone surrogate, which no encoder downstream can carry.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def fault(message: str, **data: Any) -> AotuiError:
     """An app fault in the view's markup."""
+    # Messages quote the app's attribute values and may reach a snapshot's logs.
+    message = escape_structural(message)
+    if len(message) > _MAX_MESSAGE:
+        message = message[: _MAX_MESSAGE - 1] + "…"
     return AotuiError(ErrorCode.E_APP_ERROR, message, data)
 
 
@@ -128,6 +134,8 @@ def _finite_float(text: str) -> float:
 
 # One decoder for all values: json.loads() with hooks would build a new one per call.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+# The decoder's C scanner, called directly; typeshed does not declare the attribute.
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _JSON_SPACE = " \t\n\r"
 
 
@@ -135,7 +143,7 @@ def _decode(raw: str) -> Any:
     """``_DECODER.decode(raw)``, calling its C scanner directly (half the cost per value)."""
     start = len(raw) - len(raw.lstrip(_JSON_SPACE))
     try:
-        value, end = _DECODER.scan_once(raw, start)
+        value, end = _SCAN(raw, start)
     except StopIteration:
         end = -1
     if end < 0 or (end != len(raw) and raw[end:].strip(_JSON_SPACE)):

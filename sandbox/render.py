@@ -21,13 +21,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, cast
 
-from lxml import etree
 from lxml.etree import _Element as Element
 
 from protocol.errors import AotuiError, ErrorCode
 from protocol.messages import OperationSpec
 from protocol.structure import escape_structural
 from sandbox.flow import (
+    DROPPED,
     Block,
     Flow,
     assemble,
@@ -38,7 +38,7 @@ from sandbox.flow import (
     link_label,
 )
 from sandbox.flow import take_label as _take_label
-from sandbox.markdown import DROPPED, MarkdownRenderer
+from sandbox.markdown import MarkdownRenderer
 from sandbox.marks import (
     entity_spec,
     fault,
@@ -49,15 +49,13 @@ from sandbox.marks import (
     operation_lines,
     parse_value,
 )
+from sandbox.parsing import no_root, parse_document
 
 __all__ = ["RenderedView", "ViewLink", "render_view"]
 
 _MARK_ORDER = ("view", "list", "entity", "operation", "view-link")
 # Characters that would break out of the name="…" attribute the supervisor writes.
 _BAD_NAME = re.compile(r'["<>]')
-_BYTE_MAP = bytes.maketrans(b"\r\x0c", b"\n ")
-_BYTE_DROP = bytes([*range(0x00, 0x09), 0x0B, *range(0x0E, 0x20), 0x7F])
-_LINE_BREAKS = ("\x85".encode(), "\u2028".encode(), "\u2029".encode())
 _LABEL_SKIP = DROPPED | {"textarea", "select"}
 _LIST_LABEL = frozenset({"listhead"})
 
@@ -100,7 +98,7 @@ class RenderedView:
 
 def render_view(html: str | bytes) -> RenderedView:
     """Render one view document; any fault in it raises ``AotuiError(E_APP_ERROR)``."""
-    doc, controls = _parse(html)
+    doc, controls = parse_document(html)
     try:
         return _ViewRenderer().render(doc, controls)
     except AotuiError:
@@ -109,49 +107,6 @@ def render_view(html: str | bytes) -> RenderedView:
         raise fault("the view is nested too deeply to render; flatten its markup") from None
     except Exception as exc:  # a bug here must still reach the caller as our error type
         raise AotuiError(ErrorCode.E_INTERNAL, f"the view renderer failed: {exc!r}") from exc
-
-
-def _parse(html: str | bytes) -> tuple[Element, bool]:
-    """The parsed document, and whether character references may have produced control chars."""
-    if isinstance(html, bytes):
-        html = html.decode("utf-8-sig", "replace")
-    elif not isinstance(html, str):
-        raise fault(f"a view must be HTML text (str or bytes), not {type(html).__name__}")
-    # Clean at the byte level (a C loop, far cheaper than a regex over the text): NUL stands for
-    # <br> inside the renderer, libxml2 refuses other C0 controls, and lone surrogates cannot be
-    # encoded. U+0085/U+2028/U+2029 would break lines for str.splitlines().
-    data = html.encode("utf-8", "replace")
-    if b"\r" in data:
-        data = data.replace(b"\r\n", b"\n")
-    data = data.translate(_BYTE_MAP, _BYTE_DROP)
-    for char in _LINE_BREAKS:
-        if char in data:
-            data = data.replace(char, b" ")
-    if not data.strip():
-        raise _no_root()
-    # Plain etree.HTMLParser: the same libxml2 parser as lxml.html without its per-element Python
-    # class lookup, which made walking the tree five times slower. A fresh parser per call, since
-    # lxml parsers must not be shared between threads.
-    parser = etree.HTMLParser(encoding="utf-8", remove_comments=True, remove_pis=True)
-    try:
-        doc = etree.fromstring(data, parser)
-    except (etree.LxmlError, ValueError) as exc:
-        raise fault(f"the view's HTML could not be parsed: {exc}") from None
-    if doc is None:
-        raise _no_root()
-    # libxml2 stops reading at 256 levels of nesting; say so rather than render half a view.
-    for error in parser.error_log:
-        if error.level == etree.ErrorLevels.FATAL:
-            reason = "elements nest deeper than 255 levels" if "depth" in error.message else ""
-            raise fault(f"the view's HTML is cut short: {reason or error.message.strip()}")
-    return doc, b"&#" in data
-
-
-def _no_root() -> AotuiError:
-    return fault(
-        'the document has no view root: mark its root element with view="Name", '
-        'e.g. <section view="Conversation">'
-    )
 
 
 class _ViewRenderer(MarkdownRenderer):
@@ -176,7 +131,7 @@ class _ViewRenderer(MarkdownRenderer):
         """Render the document's one view."""
         roots = cast(list[Element], doc.xpath("descendant-or-self::*[@view]"))
         if not roots:
-            raise _no_root()
+            raise no_root()
         root = self.root = roots[0]
         name = collapse(root.get("view"))
         if len(roots) > 1:
@@ -409,6 +364,11 @@ class _ViewRenderer(MarkdownRenderer):
                 operation=op_id,
             )
         what = f"operation {op_id}"
+        for (
+            inner
+        ) in el.iterdescendants():  # its content is never rendered, so no mark may hide in it
+            if type(inner.tag) is str:
+                self.check_unmarked(inner, what)
         source = el
         if el.tag == "form":  # a form's label is its submit button, not every field's text
             submits = (

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any, ClassVar, TypeVar
 
 __all__ = ["App", "OperationCall", "Timer", "View", "operation"]
@@ -71,13 +72,19 @@ class View:
 
     def link(self, child: View, label: str, description: str = "") -> str:
         """Register ``child`` as mountable from this view and return the HTML of its link."""
+        return f"<a{self.link_attrs(child, description)}>{escape(label)}</a>"
+
+    def link_attrs(self, child: View, description: str = "") -> str:
+        """Register ``child`` and return `` view-link="…"`` attributes for your own element.
+
+        Put them on a list item to make the whole item the link, with its nested list as the
+        link's details: ``<li{self.link_attrs(v)}>Johnny<ul><li>Last: Hi</li></ul></li>``.
+        """
         if self.app is None:
             raise RuntimeError(f"view {self.key!r} is not attached to an app")
         self.app.add_view(child)
-        from html import escape
-
         desc = f' description="{escape(description)}"' if description else ""
-        return f'<a view-link="{escape(child.key)}"{desc}>{escape(label)}</a>'
+        return f' view-link="{escape(child.key)}"{desc}'
 
     def handle(self, call: OperationCall) -> Any:
         """Dispatch ``call`` to the method decorated with ``@operation(call.operation)``."""

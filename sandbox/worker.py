@@ -14,6 +14,7 @@ fragments (if any) and then exactly one :class:`~protocol.messages.Ack` or
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -318,10 +319,9 @@ def run_worker(
             app.log = loop.log
 
             def wake() -> None:
-                try:
+                # A full pipe means the loop is already due to wake.
+                with contextlib.suppress(BlockingIOError):
                     os.write(wake_w, b"\0")
-                except BlockingIOError:
-                    pass  # the pipe is full, so the loop is already due to wake
 
             app.wakeup = wake
             if start.restore is not None:

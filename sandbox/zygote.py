@@ -116,13 +116,13 @@ def main(argv: list[str]) -> int:
     reader = FrameReader()
     while True:
         try:
-            ready, _, _ = select.select([sock, wake_r], [], [])
+            ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
         except InterruptedError:
             continue
         if wake_r in ready:
             os.read(wake_r, 4096)
             _reap(sock)
-        if sock in ready:
+        if sock.fileno() in ready:
             try:
                 messages = read_frames(sock, reader)
             except AotuiError as exc:

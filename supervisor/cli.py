@@ -157,7 +157,10 @@ def format_status(status: dict[str, Any]) -> str:
         f"uptime {status['uptime_s']:.0f}s  input lease: {status['lease_owner'] or 'free'}",
         "",
     ]
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines += [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
     return "\n".join(lines)
 
 

@@ -96,10 +96,7 @@ class Client:
             if not isinstance(reply, Reply | ErrorReply) or reply.request_id != request_id:
                 continue  # a late answer to a request that already timed out
             if isinstance(reply, ErrorReply):
-                try:
-                    code = ErrorCode(reply.code)
-                except ValueError:
-                    code = ErrorCode.E_INTERNAL
+                code = ErrorCode.parse(reply.code) or ErrorCode.E_INTERNAL
                 raise AotuiError(code, reply.message, reply.data)
             return reply.result
 

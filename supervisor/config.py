@@ -69,7 +69,7 @@ class DesktopConfig:
 
 
 def _check(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,
             f"config key {name!r} must be {getattr(kind, '__name__', kind)}, got {value!r}",

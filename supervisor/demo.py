@@ -81,7 +81,8 @@ def _script(t: Transcript) -> None:
 
     johnny = _find(block, "Johnny", "view")
     group = _find(block, "TUI Tech Group", "view")
-    t.agent(f'<context app_id="{chat}">\n    mount --view {johnny};\n    mount --view {group};\n</context>')
+    both = f"    mount --view {johnny};\n    mount --view {group};"
+    t.agent(f'<context app_id="{chat}">\n{both}\n</context>')
     t.snapshot(chat)
 
     t.agent(
@@ -112,7 +113,16 @@ def _script(t: Transcript) -> None:
 def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _script) -> int:
     """Start a private desktop, run the script against it, stop it; returns the exit code."""
     with tempfile.TemporaryDirectory(prefix="aotui-demo-") as runtime:
-        command = [sys.executable, "-m", "supervisor", "up", "--desktop", "demo", "--socket", runtime]
+        command = [
+            sys.executable,
+            "-m",
+            "supervisor",
+            "up",
+            "--desktop",
+            "demo",
+            "--socket",
+            runtime,
+        ]
         supervisor = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )

@@ -41,7 +41,7 @@ from protocol.messages import (
 from supervisor.app_record import AppRecord, AppStatus
 from supervisor.config import DesktopConfig
 from supervisor.launcher import ZygoteLauncher
-from supervisor.manifest import Manifest, load_manifest
+from supervisor.manifest import load_manifest
 from supervisor.paths import DesktopPaths
 from supervisor.registry import SnapshotRegistry
 from supervisor.snapshot import RefTable, Snapshot, build_snapshot
@@ -133,7 +133,10 @@ class Desktop:
                     {"app": app.app_id},
                 )
         record = AppRecord(
-            f"app_{next(self._app_numbers)}", manifest, self.config.log_entries, on_transition=self._moved
+            f"app_{next(self._app_numbers)}",
+            manifest,
+            self.config.log_entries,
+            on_transition=self._moved,
         )
         self.apps.append(record)
         self.log(f"Installed {manifest.name} ({manifest.id}) as {record.app_id}.")
@@ -206,7 +209,8 @@ class Desktop:
             await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
         except (AotuiError, TimeoutError) as exc:
             await self._discard_worker(app)
-            if app.status is AppStatus.STARTING:
+            # The status may have moved while we waited (a crash report, a close).
+            if app.status in {AppStatus.STARTING}:
                 app.transition(AppStatus.NOT_RUNNING)
             if isinstance(exc, AotuiError):
                 raise
@@ -304,7 +308,9 @@ class Desktop:
         await self._discard_worker(app)
         if len(recent) > _MAX_CRASHES:
             app.transition(AppStatus.FAILED)
-            self.log(f"{app.name} crashed {len(recent)} times in a minute ({app.last_exit}); failed.")
+            self.log(
+                f"{app.name} crashed {len(recent)} times in a minute ({app.last_exit}); failed."
+            )
             return
         app.transition(AppStatus.RESTARTING)
         app.restarts += 1
@@ -374,9 +380,7 @@ class Desktop:
                 f"(it offers: {offered})",
             )
         seen = (refs or {}).get((app.app_id, view_id), fragment)
-        coerced = coerce_args(
-            parse_arg_schema(spec.args), command.args, _resolver(seen, view_id)
-        )
+        coerced = coerce_args(parse_arg_schema(spec.args), command.args, _resolver(seen, view_id))
         worker = app.worker
         assert worker is not None
         timeout = self.config.operation_timeout_ms / 1000

@@ -18,8 +18,10 @@ first failure stops the rest and the reply says which ran.
 - Show a collapsed application again: <context>show --application app_1</context>
 
 ## Views (need app_id)
-- Mount a child view listed as [Name](view:view_3): <context app_id="app_0">mount --view view_3</context>
-- Dismount it (and the views mounted under it): <context app_id="app_0">dismount --view view_3</context>
+- Mount a child view listed as [Name](view:view_3):
+  <context app_id="app_0">mount --view view_3</context>
+- Dismount it (and the views mounted under it):
+  <context app_id="app_0">dismount --view view_3</context>
 - Hide a mounted view from the snapshot: <context app_id="app_0">hide --view view_3</context>
 - Show a hidden view again: <context app_id="app_0">show --view view_3</context>
 

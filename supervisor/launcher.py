@@ -8,6 +8,7 @@ descriptor of ours but its end of a socketpair) from the supervisor's main threa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -42,7 +43,10 @@ class ZygoteLauncher:
         """Start the zygote (call from the main thread, inside the running loop)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         root = str(Path(__file__).resolve().parent.parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        }
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),),
@@ -104,9 +108,7 @@ class ZygoteLauncher:
         self.pending[token] = future
         self.sock.setblocking(True)
         try:
-            write_frame(
-                self.sock, Launch(token, app, app_dir, entry, endpoint, policy)
-            )
+            write_frame(self.sock, Launch(token, app, app_dir, entry, endpoint, policy))
         finally:
             self.sock.setblocking(False)
         launched = await asyncio.wait_for(future, 10.0)
@@ -127,10 +129,8 @@ class ZygoteLauncher:
         """Kill the workers and the zygote, and wait for the zygote."""
         self.kill_workers()
         if self.sock is not None:
-            try:
+            with contextlib.suppress(RuntimeError):
                 asyncio.get_running_loop().remove_reader(self.sock.fileno())
-            except RuntimeError:
-                pass
             self.sock.close()
             self.sock = None
         if self.process is not None:

@@ -19,7 +19,9 @@ __all__ = ["MANIFEST_NAME", "Manifest", "Permission", "load_manifest", "parse_pe
 MANIFEST_NAME = "aoapp.json"
 
 _APP_ID = re.compile(r"[a-z0-9]+(\.[a-z0-9_-]+)+")
-_HOST = re.compile(r"(\*|(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)")
+_HOST = re.compile(
+    r"(\*|(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)"
+)
 _FIELDS = {
     "id",
     "name",
@@ -108,7 +110,9 @@ def load_manifest(app_dir: str | Path) -> Manifest:
         raise AotuiError(ErrorCode.E_INVALID_CMD, f"{path} must hold a JSON object")
     for key in raw:
         if key not in _FIELDS:
-            raise _refuse(path, key, f"is not a manifest field (known: {', '.join(sorted(_FIELDS))})")
+            raise _refuse(
+                path, key, f"is not a manifest field (known: {', '.join(sorted(_FIELDS))})"
+            )
     for key in ("id", "name", "version", "entry"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise _refuse(path, key, "is required and must be a non-empty string")

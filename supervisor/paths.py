@@ -28,9 +28,13 @@ def secure_dir(path: Path) -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.lstat()
     except OSError as exc:
-        raise AotuiError(ErrorCode.E_INTERNAL, f"cannot create runtime directory {path}: {exc}")
+        raise AotuiError(
+            ErrorCode.E_INTERNAL, f"cannot create runtime directory {path}: {exc}"
+        ) from exc
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise AotuiError(ErrorCode.E_PERMISSION, f"{path} is a symlink or not a directory; refusing")
+        raise AotuiError(
+            ErrorCode.E_PERMISSION, f"{path} is a symlink or not a directory; refusing"
+        )
     if info.st_uid != os.getuid():
         raise AotuiError(ErrorCode.E_PERMISSION, f"{path} belongs to uid {info.st_uid}; refusing")
     if info.st_mode & 0o077:

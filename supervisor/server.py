@@ -144,7 +144,9 @@ class Supervisor:
         except Exception as exc:
             log.error("internal error: %s", traceback.format_exc())
             reply = ErrorReply(
-                request_id, ErrorCode.E_INTERNAL.value, f"internal error: {type(exc).__name__}: {exc}"
+                request_id,
+                ErrorCode.E_INTERNAL.value,
+                f"internal error: {type(exc).__name__}: {exc}",
             )
         try:
             encoded = codec.encode(reply)

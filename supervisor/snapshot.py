@@ -17,7 +17,7 @@ from supervisor.app_record import AppRecord, AppStatus
 from supervisor.instructions import SYSTEM_INSTRUCTIONS
 from supervisor.view_tree import attribute_text
 
-__all__ = ["RefTable", "Snapshot", "build_snapshot", "format_time"]
+__all__ = ["RefTable", "Snapshot", "build_snapshot", "format_time", "link_label"]
 
 #: (app_id, view_id) → the fragment the agent saw, for resolving refs later.
 RefTable = dict[tuple[str, str], ViewFragment]
@@ -36,10 +36,15 @@ def format_time(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
+def link_label(text: str) -> str:
+    """App text made safe as a Markdown link label: no structural tags, no stray brackets."""
+    return escape_structural(text).replace("[", "\\[").replace("]", "\\]")
+
+
 def _applications(apps: Sequence[AppRecord]) -> str:
     lines = ["# Installed Applications"]
     for app in apps:
-        lines.append(f"- [{escape_structural(app.name)}](application:{app.app_id})")
+        lines.append(f"- [{link_label(app.name)}](application:{app.app_id})")
         if app.manifest.description:
             lines.append(f"    - Description: {escape_structural(app.manifest.description)}")
         state = app.status.value
@@ -60,15 +65,18 @@ def _logs(title: str, entries: Iterable[tuple[float, str]], heading: str) -> lis
 
 
 def _application(app: AppRecord, refs: RefTable) -> str:
-    parts = [f'<application id="{app.app_id}" name="{attribute_text(app.name)}">', "<application_info>"]
+    parts = [
+        f'<application id="{app.app_id}" name="{attribute_text(app.name)}">',
+        "<application_info>",
+    ]
     parts.extend(_logs("Operation Log", app.op_log, "##"))
     parts.append("## Application View Tree")
     for node in app.views.nodes():
-        mounted = ", mounted" if node.mounted else ""
-        hidden = ", hidden" if node.mounted and app.views.keys[node.view_id] in app.views.hidden else ""
-        parts.append(
-            f"{'    ' * node.depth}- [{escape_structural(node.label)}](view:{node.view_id}{mounted}{hidden})"
-        )
+        flags = ", mounted" if node.mounted else ""
+        if node.mounted and app.views.keys[node.view_id] in app.views.hidden:
+            flags += ", hidden"
+        indent = "    " * node.depth
+        parts.append(f"{indent}- [{link_label(node.label)}](view:{node.view_id}{flags})")
     parts.append("</application_info>")
     for view_id, fragment, markdown in app.views.shown():
         refs[(app.app_id, view_id)] = fragment

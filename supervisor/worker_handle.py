@@ -86,10 +86,7 @@ class WorkerHandle:
         finally:
             self.pending.pop(request_id, None)
         if isinstance(reply, ErrorReply):
-            try:
-                code = ErrorCode(reply.code)
-            except ValueError:
-                code = ErrorCode.E_APP_ERROR
+            code = ErrorCode.parse(reply.code) or ErrorCode.E_APP_ERROR
             raise AotuiError(code, reply.message, reply.data)
         return reply
 
@@ -152,4 +149,3 @@ class WorkerHandle:
 def describe_exit(exit_code: int | None, signal: int | None) -> str:
     """``exit 1`` / ``signal 9`` for ``last_exit``."""
     return f"signal {signal}" if signal is not None else f"exit {exit_code}"
-

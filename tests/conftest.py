@@ -91,9 +91,21 @@ def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
         runtime = tmp_path / "run"
         log = open(tmp_path / f"{name}.out", "wb")  # noqa: SIM115 -- closed with the process
         process = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "up", "--desktop", name,
-             "--config", str(config), "--socket", str(runtime)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "supervisor",
+                "up",
+                "--desktop",
+                name,
+                "--config",
+                str(config),
+                "--socket",
+                str(runtime),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
         client = Client(name, str(runtime), timeout_s=20)
@@ -131,7 +143,7 @@ def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
         except subprocess.TimeoutExpired:
             desktop.process.kill()
             desktop.process.wait()
-        gone, alive = psutil.wait_procs(family, timeout=5)
+        _gone, alive = psutil.wait_procs(family, timeout=5)
         for leftover in alive:
             leftover.kill()
         assert not alive, f"processes left behind: {[p.pid for p in alive]}"

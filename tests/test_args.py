@@ -88,6 +88,8 @@ def test_empty_schema() -> None:
         ('{"a b": "string"}', ["'a b' is not a name"]),
         ('{"a??": "string"}', ["'a??' is not a name"]),
         ({1: "string"}, ["1 is not a name"]),
+        ({10**5000: "string"}, ["<int> is not a name"]),
+        ({"a": 10**5000}, ["'a' has type <int>"]),
         ("[" * 100_000, ["not valid JSON"]),
     ],
 )
@@ -353,6 +355,9 @@ def test_structured_numbers_become_raw_text() -> None:
         ({"action": "open_application"}, "app", ["missing field 'app'"]),
         ({"action": "open_application", "app": ""}, "app", ["non-empty id"]),
         ({"action": "open_application", "app": 7}, "app", ["non-empty id", "7"]),
+        ({"action": "open_application", "app": 10**5000}, "app", ["got <int>"]),
+        ({"action": 10**5000}, "action", ["got <int>"]),
+        ({"operation": "op", 10**5000: 1}, "<int>", ["unknown field <int>"]),
         ({"action": "open_application", "app": "a", "view": "v"}, "view", ["unknown field"]),
         ({"action": "mount_view", "app": "a"}, "view", ["missing field 'view'"]),
         ({"operation": "op", "app": "a"}, "view", ["missing field 'view'"]),

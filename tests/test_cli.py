@@ -18,7 +18,9 @@ from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 Start = Callable[..., RunningDesktop]
 
 
-def aotui(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def aotui(
+    *args: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would."""
     return subprocess.run(
         [sys.executable, "-m", "supervisor", *args],
@@ -35,8 +37,12 @@ def on(desktop: RunningDesktop) -> list[str]:
 
 
 def test_no_desktop_is_exit_69(tmp_path: Path) -> None:
-    for command in (["status"], ["snapshot"], ["exec", "<context>open --application app_0</context>"],
-                    ["down"]):
+    for command in (
+        ["status"],
+        ["snapshot"],
+        ["exec", "<context>open --application app_0</context>"],
+        ["down"],
+    ):
         result = aotui(*command, "--socket", str(tmp_path))
         assert result.returncode == 69, (command, result.stderr)
         assert "no desktop is running" in result.stderr
@@ -47,8 +53,18 @@ def test_no_desktop_is_exit_69(tmp_path: Path) -> None:
 def test_help_lists_every_command() -> None:
     result = aotui("--help")
     assert result.returncode == 0
-    for command in ("up", "down", "install", "uninstall", "status", "snapshot", "exec", "watch",
-                    "demo", "say"):
+    for command in (
+        "up",
+        "down",
+        "install",
+        "uninstall",
+        "status",
+        "snapshot",
+        "exec",
+        "watch",
+        "demo",
+        "say",
+    ):
         assert command in result.stdout
     assert "exit codes" in result.stdout
 
@@ -58,40 +74,75 @@ def test_commands_on_a_running_desktop(start_desktop: Start) -> None:
     where = on(desktop)
     status = aotui("status", *where)
     assert status.returncode == 0
-    assert "APP" in status.stdout and "system.chat" in status.stdout and "not running" in status.stdout
+    assert (
+        "APP" in status.stdout
+    )
+    assert (
+        "system.chat" in status.stdout
+    )
+    assert (
+        "not running" in status.stdout
+    )
     rows = json.loads(aotui("status", "--json", *where).stdout)
     assert rows["pid"] == desktop.process.pid
     chat = rows["apps"][0]
-    assert {"app", "id", "state", "pid", "rss_bytes", "cpu_percent", "restarts", "last_exit"} <= set(chat)
-    assert chat["state"] == "running" and chat["pid"] and chat["rss_bytes"] > 0
+    assert {
+        "app",
+        "id",
+        "state",
+        "pid",
+        "rss_bytes",
+        "cpu_percent",
+        "restarts",
+        "last_exit",
+    } <= set(chat)
+    assert chat["state"] == "running"
+    assert chat["pid"]
+    assert chat["rss_bytes"] > 0
 
     plain = aotui("snapshot", "--plain", *where)
-    assert plain.stdout.startswith("<desktop>") and plain.stderr == ""
+    assert plain.stdout.startswith("<desktop>")
+    assert plain.stderr == ""
     as_json = json.loads(aotui("snapshot", "--json", *where).stdout)
-    assert as_json["snapshot_id"].startswith("T") and as_json["markdown"].startswith("<desktop>")
+    assert as_json["snapshot_id"].startswith("T")
+    assert as_json["markdown"].startswith("<desktop>")
 
     opened = aotui("exec", "<context>open --application app_1</context>", *where)
-    assert opened.returncode == 0 and "1 command(s) ran" in opened.stdout
-    bumped = aotui("exec", "--json", *where,
-                   stdin='<context app_id="app_1" view_id="view_0">execute bump</context>')
+    assert opened.returncode == 0
+    assert "1 command(s) ran" in opened.stdout
+    bumped = aotui(
+        "exec",
+        "--json",
+        *where,
+        stdin='<context app_id="app_1" view_id="view_0">execute bump</context>',
+    )
     assert json.loads(bumped.stdout)["results"] == [1]
 
     bad = aotui("exec", "<context>launch --application app_1</context>", *where)
-    assert bad.returncode == 64 and "E_INVALID_CMD" in bad.stderr
+    assert bad.returncode == 64
+    assert "E_INVALID_CMD" in bad.stderr
     missing = aotui("exec", "<context>open --application app_9</context>", *where)
     assert missing.returncode == 65
-    stale = aotui("exec", "--snapshot", "T999",
-                  '<context app_id="app_1" view_id="view_0">execute bump</context>', *where)
-    assert stale.returncode == 75 and "E_STALE_STATE" in stale.stderr
+    stale = aotui(
+        "exec",
+        "--snapshot",
+        "T999",
+        '<context app_id="app_1" view_id="view_0">execute bump</context>',
+        *where,
+    )
+    assert stale.returncode == 75
+    assert "E_STALE_STATE" in stale.stderr
 
     assert aotui("say", "hi from the CLI", *where).returncode == 0
     installed = aotui("install", str(TEST_APPS / "crashy"), *where)
-    assert installed.returncode == 0 and installed.stdout.strip() == "app_2"
+    assert installed.returncode == 0
+    assert installed.stdout.strip() == "app_2"
     assert aotui("install", str(TEST_APPS / "nope"), *where).returncode == 65
     assert aotui("uninstall", "test.crashy", *where).returncode == 0
 
     watched = aotui("watch", "--max-updates", "2", *where)
-    assert watched.returncode == 0 and watched.stdout.count("aotui watch") == 2
+    assert watched.returncode == 0
+    assert watched.stdout.count("aotui watch") == 2
 
 
 def test_up_detach_and_down_leave_nothing(tmp_path: Path) -> None:
@@ -104,7 +155,8 @@ def test_up_detach_and_down_leave_nothing(tmp_path: Path) -> None:
     family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     assert len(family) >= 3  # supervisor, zygote, the chat worker
     again = aotui("up", "--detach", "--config", str(config), *where)
-    assert again.returncode == 64 and "already running" in again.stderr
+    assert again.returncode == 64
+    assert "already running" in again.stderr
     down = aotui("down", *where)
     assert down.returncode == 0
     _, alive = psutil.wait_procs(family, timeout=10)

@@ -97,7 +97,8 @@ EXAMPLES: dict[str, Message] = {
 
 def frame(kind: str, fields: object, version: object = PROTOCOL_VERSION) -> bytes:
     """A hand-built frame, to say what a hostile or buggy peer might send."""
-    return msgpack.packb([version, kind, fields], use_bin_type=True)
+    raw: bytes = msgpack.packb([version, kind, fields], use_bin_type=True)
+    return raw
 
 
 def fields_of(message: Message) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def fields_of(message: Message) -> dict[str, Any]:
 def refused(raw: object, reason: str, codec: Codec | None = None, **data: object) -> AotuiError:
     """Decode ``raw``, assert it fails with ``E_INVALID_CMD`` and ``reason``; return the error."""
     with pytest.raises(AotuiError) as caught:
-        (codec or Codec()).decode(raw)  # type: ignore[arg-type]
+        (codec.decode if codec else decode)(raw)  # type: ignore[arg-type]
     error = caught.value
     assert error.code is ErrorCode.E_INVALID_CMD, error
     assert error.data["reason"] == reason, error
@@ -121,11 +122,15 @@ def refused(raw: object, reason: str, codec: Codec | None = None, **data: object
 def unencodable(message: object, reason: str, codec: Codec | None = None) -> AotuiError:
     """Encode ``message``, assert it fails with ``E_INTERNAL`` and ``reason``; return the error."""
     with pytest.raises(AotuiError) as caught:
-        (codec or Codec()).encode(message)  # type: ignore[arg-type]
+        (codec.encode if codec else encode)(message)  # type: ignore[arg-type]
     error = caught.value
     assert error.code is ErrorCode.E_INTERNAL, error
     assert error.data["reason"] == reason, error
     return error
+
+
+def test_public_names() -> None:
+    assert set(codec_module.__all__) == {"PROTOCOL_VERSION", "Codec", "decode", "encode"}
 
 
 # --- round trips --------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ INTS = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 SCALARS = (
     st.none() | st.booleans() | INTS | st.floats() | st.text(max_size=20) | st.binary(max_size=20)
 )
-#: Anything msgpack can pack, including what the codec must refuse (bytes keys, NaN, deep nesting).
+#: Anything msgpack can pack, including what the codec must refuse (bytes keys, NaN, infinities).
 PACKABLE = st.recursive(
     SCALARS,
     lambda inner: (

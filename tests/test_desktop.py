@@ -31,13 +31,16 @@ def app_block(markdown: str, app_id: str) -> str:
 def test_snapshot_has_system_views_and_apps(start_desktop: Start) -> None:
     desktop = start_desktop(["system/chat", "echo"])
     text = desktop.client.snapshot()
-    assert text.startswith("<desktop>\n") and text.endswith("</desktop>\n")
+    assert text.startswith("<desktop>\n")
+    assert text.endswith("</desktop>\n")
     assert '<view id="view_0" name="System Instructions">' in text
     assert '<view id="view_1" name="Applications">' in text
     assert '<view id="view_2" name="System Logs">' in text
     assert "- [ChatWithUser](application:app_0)" in text
-    assert "- [Echo](application:app_1)\n    - Description: Answers every operation at once.\n"
-    "    - State: not running" in text
+    assert (
+        "- [Echo](application:app_1)\n    - Description: Answers every operation at once.\n"
+        "    - State: not running"
+    ) in text
     assert "Desktop initialized." in text
     # the system app runs from the start, the other one does not
     assert '<application id="app_0" name="ChatWithUser">' in text
@@ -57,7 +60,8 @@ def test_open_execute_read_your_writes(start_desktop: Start) -> None:
         # acknowledged → visible in the very next snapshot
         assert f"Calls: {expected}" in client.snapshot()
     block = app_block(client.snapshot(), "app_0")
-    assert "- [" in block and "execute bump: ok" in block
+    assert "- [" in block
+    assert "execute bump: ok" in block
 
 
 def test_seed_003_chat_flow(start_desktop: Start) -> None:
@@ -137,7 +141,8 @@ def test_errors_are_typed_and_the_first_failure_stops_the_rest(start_desktop: St
             "</context>"
         )
     assert stopped.value.code is ErrorCode.E_NOT_FOUND
-    assert stopped.value.data["ran"] == 1 and "command 2 of 3" in stopped.value.message
+    assert stopped.value.data["ran"] == 1
+    assert "command 2 of 3" in stopped.value.message
     assert "Count: 2" in client.snapshot()
     for bad, code in [
         ("open --application app_1", ErrorCode.E_INVALID_CMD),  # no <context>
@@ -192,7 +197,8 @@ def test_input_lease(start_desktop: Start) -> None:
     alice.acquire("alice")
     with pytest.raises(AotuiError) as locked:
         bob.acquire("bob")
-    assert locked.value.code is ErrorCode.E_LOCKED and "alice" in locked.value.message
+    assert locked.value.code is ErrorCode.E_LOCKED
+    assert "alice" in locked.value.message
     with pytest.raises(AotuiError) as blocked:
         bob.execute("<context>open --application app_0</context>")
     assert blocked.value.code is ErrorCode.E_LOCKED
@@ -213,8 +219,9 @@ def test_hung_app_does_not_stall_others(start_desktop: Start) -> None:
     def hang() -> None:
         other = desktop.new_client()
         try:
-            other.execute('<context app_id="app_0" view_id="view_0">execute hang --seconds 30'
-                          "</context>")
+            other.execute(
+                '<context app_id="app_0" view_id="view_0">execute hang --seconds 30</context>'
+            )
         except AotuiError as exc:
             outcome["error"] = exc
 
@@ -228,7 +235,8 @@ def test_hung_app_does_not_stall_others(start_desktop: Start) -> None:
     served_in = time.monotonic() - began
     thread.join(timeout=10)
     error = outcome["error"]
-    assert isinstance(error, AotuiError) and error.code is ErrorCode.E_TIMEOUT
+    assert isinstance(error, AotuiError)
+    assert error.code is ErrorCode.E_TIMEOUT
     assert served_in < 1.0, f"the other app waited on the hung one ({served_in:.2f} s)"
 
 
@@ -242,7 +250,8 @@ def test_crash_mid_operation_restarts_with_state(start_desktop: Start) -> None:
     first_pid = desktop.app_pid("app_0")
     with pytest.raises(AotuiError) as crashed:
         client.execute(op.format("die --code 3"))
-    assert crashed.value.code is ErrorCode.E_APP_ERROR and "exit 3" in crashed.value.message
+    assert crashed.value.code is ErrorCode.E_APP_ERROR
+    assert "exit 3" in crashed.value.message
 
     def restarted() -> bool:
         row = client.status()["apps"][0]
@@ -250,7 +259,8 @@ def test_crash_mid_operation_restarts_with_state(start_desktop: Start) -> None:
 
     wait_for(restarted, 10, "the app to restart")
     row = client.status()["apps"][0]
-    assert row["restarts"] == 1 and row["last_exit"] == "exit 3"
+    assert row["restarts"] == 1
+    assert row["last_exit"] == "exit 3"
     assert not psutil.pid_exists(first_pid) or psutil.Process(first_pid).status() == "zombie"
     assert "Count: 2" in client.snapshot()  # the acknowledged state survived
 

@@ -78,12 +78,15 @@ def test_non_text_input_is_an_app_error() -> None:
 
 def test_nested_view_is_an_error() -> None:
     message = app_error('<div view="Outer"><div view="Inner">x</div></div>')
-    assert 'view="Inner"' in message and "inside" in message and '"Outer"' in message
+    assert 'view="Inner"' in message
+    assert "inside" in message
+    assert '"Outer"' in message
 
 
 def test_second_view_beside_the_first_is_an_error() -> None:
     message = app_error('<div view="A">a</div><div view="B">b</div>')
-    assert 'view="B"' in message and "beside" in message
+    assert 'view="B"' in message
+    assert "beside" in message
 
 
 @pytest.mark.parametrize("name", ["", "   ", 'a"b', "a&lt;b", "x" * 201])
@@ -93,7 +96,8 @@ def test_unusable_view_name_is_an_error(name: str) -> None:
 
 def test_root_cannot_carry_another_mark() -> None:
     message = app_error('<ol view="V" list="m[]:items"><li key="a">x</li></ol>')
-    assert 'list="' in message and "root" in message
+    assert 'list="' in message
+    assert "root" in message
 
 
 # --- entities ----------------------------------------------------------------------------------
@@ -117,9 +121,9 @@ def test_entity_without_text_is_labelled_by_its_id() -> None:
 
 
 def test_entity_on_a_block_links_its_first_paragraph() -> None:
-    assert md(
-        '<div entity="card:c1"><p>Title <b>bold</b></p><ul><li>detail</li></ul></div>'
-    ) == ("[Title bold](card:c1)\n\n- detail\n")
+    assert md('<div entity="card:c1"><p>Title <b>bold</b></p><ul><li>detail</li></ul></div>') == (
+        "[Title bold](card:c1)\n\n- detail\n"
+    )
 
 
 def test_entity_on_a_list_gets_a_link_line_before_it() -> None:
@@ -141,12 +145,14 @@ def test_entity_inside_a_link_label_is_recorded_but_not_nested() -> None:
 @pytest.mark.parametrize("spec", ["title", "title:", ":id", "a b:c", "t:id[]", "t[]:id", "1t:x"])
 def test_bad_entity_syntax_is_an_error(spec: str) -> None:
     message = body_error(f'<span entity="{spec}">x</span>')
-    assert f'entity="{spec.strip()}"' in message and 'entity="type:entity_id"' in message
+    assert f'entity="{spec.strip()}"' in message
+    assert 'entity="type:entity_id"' in message
 
 
 def test_duplicate_entity_id_is_an_error() -> None:
     message = body_error('<b entity="a:dup">1</b><b entity="b:dup">2</b>')
-    assert '"dup"' in message and "unique" in message
+    assert '"dup"' in message
+    assert "unique" in message
 
 
 def test_entity_and_list_share_one_id_space() -> None:
@@ -220,9 +226,12 @@ def test_item_label_comes_from_its_first_block_or_its_key() -> None:
 
 
 def test_item_label_is_plain_text_with_unbalanced_brackets_escaped() -> None:
-    assert md(
-        '<ul list="m[]:items"><li key="a"><a href="/x">link</a> <code>c</code> a]b</li></ul>'
-    ).splitlines()[1] == r"- [link c a\]b](m:items[0])"
+    assert (
+        md(
+            '<ul list="m[]:items"><li key="a"><a href="/x">link</a> <code>c</code> a]b</li></ul>'
+        ).splitlines()[1]
+        == r"- [link c a\]b](m:items[0])"
+    )
 
 
 def test_items_skip_scripts_and_loose_text() -> None:
@@ -253,13 +262,16 @@ def test_item_without_key_is_an_error(key: str) -> None:
     message = body_error(
         f'<ol list="message[]:message_history"><li key="a">x</li><li key="{key}">y</li></ol>'
     )
-    assert "message_history[1]" in message and "message_history" in message
+    assert "message_history[1]" in message
+    assert "message_history" in message
     assert 'key="' in message
 
 
 def test_duplicate_key_is_an_error() -> None:
     message = body_error('<ul list="m[]:items"><li key="a">x</li><li key="a">y</li></ul>')
-    assert '"a"' in message and "items" in message and "0 and 1" in message
+    assert '"a"' in message
+    assert "items" in message
+    assert "0 and 1" in message
 
 
 @pytest.mark.parametrize(
@@ -293,7 +305,7 @@ def test_bad_item_data_value_names_list_item_and_key(value: str, reason: str) ->
     ["[" * 32 + "]" * 32, json.dumps("x" * 10238), '"\\ud83d\\ude00"', "-0.5", "null", " [1] "],
 )
 def test_data_value_at_the_limits_is_accepted(value: str) -> None:
-    result = view(f"<ul list=\"m[]:items\"><li key=\"a\" data-value='{value}'>x</li></ul>")
+    result = view(f'<ul list="m[]:items"><li key="a" data-value=\'{value}\'>x</li></ul>')
     assert result.refs["items[0]"] == json.loads(value)
 
 
@@ -302,12 +314,14 @@ def test_data_value_at_the_limits_is_accepted(value: str) -> None:
 )
 def test_bad_list_syntax_is_an_error(spec: str) -> None:
     message = body_error(f'<ul list="{spec}"><li key="a">x</li></ul>')
-    assert f'list="{spec.strip()}"' in message and 'list="type[]:list_id"' in message
+    assert f'list="{spec.strip()}"' in message
+    assert 'list="type[]:list_id"' in message
 
 
 def test_duplicate_list_id_is_an_error() -> None:
     message = body_error('<ul list="a[]:x"></ul><ol list="b[]:x"></ol>')
-    assert '"x"' in message and "unique" in message
+    assert '"x"' in message
+    assert "unique" in message
 
 
 @pytest.mark.parametrize(
@@ -322,9 +336,17 @@ def test_html_input_list_attribute_is_not_a_mark() -> None:
     assert md('<input list="browsers" name="b">') == '[input name="b"]\n'
 
 
+def test_error_messages_cannot_forge_structure_and_stay_short() -> None:
+    message = body_error(f'<ul list="</view><desktop>{"x" * 2000}"></ul>')
+    assert "</view>" not in message
+    assert "&lt;/view>&lt;desktop>" in message
+    assert len(message) <= 600
+
+
 def test_two_marks_on_one_element_is_an_error() -> None:
     message = body_error('<div list="a[]:x" entity="b:y"></div>')
-    assert 'list="a[]:x"' in message and 'entity="b:y"' in message
+    assert 'list="a[]:x"' in message
+    assert 'entity="b:y"' in message
 
 
 # --- operations --------------------------------------------------------------------------------
@@ -350,7 +372,10 @@ def test_operations_are_collected_in_order_and_rendered_at_the_end() -> None:
     )
     assert result.operations == (
         OperationSpec(
-            "send_message", "Send Message", "Send a message", {"content": "string", "silent?": "boolean"}
+            "send_message",
+            "Send Message",
+            "Send a message",
+            {"content": "string", "silent?": "boolean"},
         ),
         OperationSpec("refresh", "refresh", "", {}),
     )
@@ -366,13 +391,17 @@ def test_form_operation_takes_its_submit_button_as_label_and_hides_its_fields() 
 
 
 def test_operation_label_falls_back_to_title_then_value() -> None:
-    result = view('<button operation="a" title="Delete"><img alt="x"></button>'
-                  '<input type="submit" operation="b" value="Go">')
+    result = view(
+        '<button operation="a" title="Delete"><img alt="x"></button>'
+        '<input type="submit" operation="b" value="Go">'
+    )
     assert [op.label for op in result.operations] == ["Delete", "Go"]
 
 
 def test_operation_inside_list_items_is_allowed_once() -> None:
-    result = view('<ul list="m[]:items"><li key="a">A <button operation="open">Open</button></li></ul>')
+    result = view(
+        '<ul list="m[]:items"><li key="a">A <button operation="open">Open</button></li></ul>'
+    )
     assert result.markdown.splitlines()[1] == "- [A](m:items[0])"
     assert [op.op_id for op in result.operations] == ["open"]
 
@@ -383,7 +412,8 @@ def test_operation_on_an_ordinary_list_item_is_not_an_item() -> None:
 
 def test_duplicate_operation_is_an_error() -> None:
     message = body_error('<button operation="send">a</button><a operation="send">b</a>')
-    assert "operation send" in message and "twice" in message
+    assert "operation send" in message
+    assert "twice" in message
 
 
 @pytest.mark.parametrize("op_id", ["", "send-message", "1send", "send message", "a.b"])
@@ -405,12 +435,21 @@ def test_bad_operation_id_is_an_error(op_id: str) -> None:
 )
 def test_bad_args_are_an_error_naming_the_operation(args: str, reason: str) -> None:
     message = body_error(f"<button operation=\"send_message\" args='{args}'>x</button>")
-    assert "operation send_message" in message and reason in message
+    assert "operation send_message" in message
+    assert reason in message
 
 
-def test_marks_inside_an_operation_are_an_error() -> None:
-    message = body_error('<button operation="go"><b entity="a:b">x</b></button>')
-    assert 'entity="a:b"' in message and "operation go" in message
+@pytest.mark.parametrize(
+    "operation",
+    [
+        '<button operation="go"><b entity="a:b">x</b></button>',
+        '<form operation="go"><p><b entity="a:b">x</b></p><button>Go</button></form>',
+    ],
+)
+def test_marks_inside_an_operation_are_an_error(operation: str) -> None:
+    message = body_error(operation)
+    assert 'entity="a:b"' in message
+    assert "operation go" in message
 
 
 # --- child views -------------------------------------------------------------------------------
@@ -470,7 +509,8 @@ def test_bad_view_link_key_is_an_error(key: str) -> None:
 
 def test_duplicate_view_link_is_an_error() -> None:
     message = body_error('<a view-link="x">1</a><a view-link="x">2</a>')
-    assert 'view-link="x"' in message and "twice" in message
+    assert 'view-link="x"' in message
+    assert "twice" in message
 
 
 # --- ordinary HTML -----------------------------------------------------------------------------
@@ -482,10 +522,13 @@ def test_headings(level: int) -> None:
 
 
 def test_blocks_spacing_paragraphs_and_breaks() -> None:
-    assert md(
-        "<h2>H</h2><ul><li>a</li></ul><p>one\n  two<br>three</p><p>four</p><ol><li>b</li></ol>"
-        "<ul><li>c</li></ul>"
-    ) == "## H\n- a\n\none two\nthree\n\nfour\n\n1. b\n\n- c\n"
+    assert (
+        md(
+            "<h2>H</h2><ul><li>a</li></ul><p>one\n  two<br>three</p><p>four</p><ol><li>b</li></ol>"
+            "<ul><li>c</li></ul>"
+        )
+        == "## H\n- a\n\none two\nthree\n\nfour\n\n1. b\n\n- c\n"
+    )
 
 
 def test_whitespace_collapses_like_a_browser_and_nbsp_counts_as_space() -> None:
@@ -493,9 +536,9 @@ def test_whitespace_collapses_like_a_browser_and_nbsp_counts_as_space() -> None:
 
 
 def test_nested_lists_indent_four_spaces_and_ol_start() -> None:
-    assert md(
-        '<ol start="3"><li>a<ul><li>b<ol><li>c</li></ol></li></ul></li><li>d</li></ol>'
-    ) == ("3. a\n    - b\n        1. c\n4. d\n")
+    assert md('<ol start="3"><li>a<ul><li>b<ol><li>c</li></ol></li></ul></li><li>d</li></ol>') == (
+        "3. a\n    - b\n        1. c\n4. d\n"
+    )
 
 
 def test_list_item_blocks_become_sub_bullets_and_stray_lists_nest() -> None:
@@ -566,7 +609,7 @@ def test_marks_inside_pre_are_an_error() -> None:
     ("html", "expected"),
     [
         ('<input name="q" value="a  b">', '[input name="q" value="a b"]'),
-        ('<input type="email" name="e" placeholder="you@x">', '[input type="email" name="e" placeholder="you@x"]'),
+        ('<input type="email" placeholder="@x">', '[input type="email" placeholder="@x"]'),
         ('<input type="password" name="p" value="secret">', '[input type="password" name="p"]'),
         ('<input type="hidden" name="h" value="v">x', "x"),
         ('<input type="checkbox" checked> a <input type="checkbox"> b', "[x] a [ ] b"),
@@ -575,14 +618,23 @@ def test_marks_inside_pre_are_an_error() -> None:
         ('<input value="say &quot;hi&quot;">', '[input value="say \\"hi\\""]'),
         ('<textarea name="t">a\n  b</textarea>', '[textarea name="t" value="a b"]'),
         ('<textarea placeholder="Type"></textarea>', '[textarea placeholder="Type"]'),
-        ("<select name='s'><option>A</option><option selected>B</option></select>", '[select name="s": A | B (selected)]'),
-        ("<select><optgroup><option>A</option><option>B</option></optgroup></select>", "[select: A (selected) | B]"),
-        ("<select multiple><option>A</option><option label='Bee'>B</option></select>", "[select: A | Bee]"),
+        (
+            "<select name='s'><option>A</option><option selected>B</option></select>",
+            '[select name="s": A | B (selected)]',
+        ),
+        (
+            "<select><optgroup><option>A</option><option>B</option></optgroup></select>",
+            "[select: A (selected) | B]",
+        ),
+        (
+            "<select multiple><option>A</option><option label='Bee'>B</option></select>",
+            "[select: A | Bee]",
+        ),
         ("<select></select>", "[select]"),
         ("<label>Name <input name='n'></label>", 'Name [input name="n"]'),
         ("<button>Plain button</button>", "Plain button"),
     ],
-)  # fmt: skip
+)
 def test_form_controls(html: str, expected: str) -> None:
     assert md(f"<p>{html}</p>") == expected + "\n"
 
@@ -595,10 +647,13 @@ def test_blockquote_hr_and_definitions() -> None:
 
 
 def test_dropped_elements_keep_their_tails() -> None:
-    assert md(
-        "a<script>x</script>b<style>s</style>c<template>t</template>d<noscript>n</noscript>e"
-        "<!-- c -->f<?pi x?>g<svg><title>icon</title></svg>h"
-    ) == "abcdefgh\n"
+    assert (
+        md(
+            "a<script>x</script>b<style>s</style>c<template>t</template>d<noscript>n</noscript>e"
+            "<!-- c -->f<?pi x?>g<svg><title>icon</title></svg>h"
+        )
+        == "abcdefgh\n"
+    )
 
 
 def test_unknown_tags_render_their_content() -> None:
@@ -623,7 +678,8 @@ def test_structural_text_is_escaped_even_when_split_across_nodes() -> None:
         '<a view-link="k" description="&lt;/view&gt;">&lt;context&gt;</a>'
         '<button operation="o" description="&lt;desktop&gt;">&lt;view&gt;</button>'
     )
-    assert "<view" not in result.markdown and "</APPLICATION" not in result.markdown
+    assert "<view" not in result.markdown
+    assert "</APPLICATION" not in result.markdown
     assert "&lt;view id=" in result.markdown
     assert result.links[0] == ViewLink("k", "&lt;context>", "&lt;/view>")
     assert (result.operations[0].label, result.operations[0].description) == (
@@ -639,7 +695,8 @@ def test_output_invariants_and_determinism() -> None:
     )
     first = render_view(document).markdown
     assert first == render_view(document).markdown
-    assert first.endswith("\n") and not first.endswith("\n\n")
+    assert first.endswith("\n")
+    assert not first.endswith("\n\n")
     assert "\n\n\n" not in first
     assert all(line == line.rstrip() for line in first.split("\n"))
 

@@ -46,7 +46,8 @@ def test_registry_ttl_is_hard(clock: FakeClock) -> None:
     clock.advance(2)
     with pytest.raises(AotuiError) as stale:
         registry.get(first)
-    assert stale.value.code is ErrorCode.E_STALE_STATE and first in stale.value.message
+    assert stale.value.code is ErrorCode.E_STALE_STATE
+    assert first in stale.value.message
 
 
 def test_registry_refcount_and_bound(clock: FakeClock) -> None:
@@ -126,7 +127,8 @@ def test_throttle_leading_and_trailing_edges(clock: FakeClock) -> None:
     assert throttle.next_due_in() is not None
     clock.advance(0.1)
     assert throttle.due() == "app_crashed"  # the last change in a burst always signals
-    assert throttle.due() is None and throttle.next_due_in() is None
+    assert throttle.due() is None
+    assert throttle.next_due_in() is None
 
 
 def test_throttle_rate_holds_over_time(clock: FakeClock) -> None:
@@ -229,7 +231,8 @@ def test_config_errors(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("lease_s = 5\n[limits]\nmemory_mb = 64\n")
     config = load_config(path)
-    assert config.lease_s == 5.0 and config.limits == Limits(memory_mb=64)
+    assert config.lease_s == 5.0
+    assert config.limits == Limits(memory_mb=64)
     for text, word in [
         ("nope = 1", "unknown config key"),
         ("lease_s = 'x'", "lease_s"),

@@ -103,10 +103,9 @@ class BrowserView(View):
             f"<li>Current Directory: {escape(str(files.cwd))}</li></ul>"
         ]
         if files.preview is not None:
-            parts.append(
-                "<h3>Open File</h3>"
-                + self.link(files.file_view, files.preview.path.name, "The first 4 KB of the file")
-            )
+            hint = "Mount it to read the first 4 KB"
+            link = self.link(files.file_view, files.preview.path.name, hint)
+            parts.append(f"<h3>Open File</h3>{link}")
         problem = ""
         try:
             entries, total = files.listing()

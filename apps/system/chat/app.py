@@ -36,9 +36,9 @@ class Navigation(View):
 <nav view="Navigation" description="Where to go in the chat app">
   <h2>Navigation</h2>
   <ul>
-    <li>{self.link(chat.conversations_view, "Conversations", "Your conversations")}
+    <li{self.link_attrs(chat.conversations_view, "Your conversations")}>Conversations
       <ul><li>Unread Messages: {unread}</li></ul></li>
-    <li>{self.link(chat.contacts_view, "Contacts", "People you can talk to")}</li>
+    <li{self.link_attrs(chat.contacts_view, "People you can talk to")}>Contacts</li>
   </ul>
 </nav>"""
 
@@ -66,7 +66,9 @@ class Conversations(View):
                 f"<li>Last Message: {escape(last)}</li>",
                 f"<li>Unread Message Count: {conv['unread']}</li>",
             ]
-            items.append(f"<li>{self.link(view, conv['title'])}<ul>{''.join(details)}</ul></li>")
+            items.append(
+                f"<li{self.link_attrs(view)}>{escape(conv['title'])}<ul>{''.join(details)}</ul></li>"
+            )
         return f"""
 <section view="Conversations" description="All conversations">
   <h2>Conversations</h2>
@@ -82,7 +84,7 @@ class Contacts(View):
         assert isinstance(chat, ChatApp)
         items = "".join(
             f'<li key="{escape(c["id"])}" data-value="{_json_attr(c)}">{escape(c["name"])}'
-            f'<ul><li>Email: {escape(c["email"])}</li></ul></li>'
+            f"<ul><li>Email: {escape(c['email'])}</li></ul></li>"
             for c in chat.contacts
         )
         return f"""
@@ -136,7 +138,7 @@ class Conversation(View):
             )
         heading = "Group Chat Detail" if group else "Private Chat Detail"
         return f"""
-<section view="{escape(conv['title'])}" description="Conversation with {escape(conv['title'])}">
+<section view="{escape(conv["title"])}" description="Conversation with {escape(conv["title"])}">
   <h2>{heading}</h2>
   {profile}
   <ol list="message[]:message_history" title="Message History">{"".join(messages)}</ol>
@@ -158,7 +160,9 @@ class Conversation(View):
         assert isinstance(chat, ChatApp)
         replied = call.stable_keys.get("message_to_be_replied")
         if replied is None:
-            raise ValueError("message_to_be_replied must reference a message, e.g. message_history[0]")
+            raise ValueError(
+                "message_to_be_replied must reference a message, e.g. message_history[0]"
+            )
         return chat.post(self.conv_id, AGENT, str(call.args["content"]), reply_to=str(replied))
 
 
@@ -166,15 +170,23 @@ def _seed() -> dict[str, dict[str, Any]]:
     then = "2025-12-14 16:09:46"
     return {
         "user": {
-            "title": "User", "type": "Private Chat", "email": "the person you work for",
-            "unread": 0, "messages": [],
+            "title": "User",
+            "type": "Private Chat",
+            "email": "the person you work for",
+            "unread": 0,
+            "messages": [],
         },
         "johnny": {
-            "title": "Johnny", "type": "Private Chat", "email": "johnny@example.com", "unread": 1,
+            "title": "Johnny",
+            "type": "Private Chat",
+            "email": "johnny@example.com",
+            "unread": 1,
             "messages": [{"id": "msg_1", "sender": "Johnny", "time": then, "text": "Hello"}],
         },
         "tui": {
-            "title": "TUI Tech Group", "type": "Group Chat", "unread": 2,
+            "title": "TUI Tech Group",
+            "type": "Group Chat",
+            "unread": 2,
             "description": "Tech support group for TUI project.",
             "messages": [
                 {"id": "msg_2", "sender": "John", "time": then, "text": "Hello"},
