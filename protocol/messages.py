@@ -199,6 +199,8 @@ class Hello(Message):
     pid: int
     #: The SDK's protocol version, to refuse a mismatched worker early.
     protocol: int
+    #: The confinement layers active in this worker (``landlock``, ``seccomp``, …).
+    layers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,11 @@ ACTIVE_LAYERS: tuple[str, ...] = ("fd-close", "minimal-env", "no-core-dumps", "p
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONHASHSEED")
 
 
-def confine(policy: Mapping[str, Any]) -> None:
-    """Apply the process-hygiene layers: minimal environment, no core dumps."""
+def confine(policy: Mapping[str, Any]) -> tuple[str, ...]:
+    """Apply the process-hygiene layers; returns the names of the layers now active."""
     kept = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
     os.environ.clear()
     os.environ.update(kept)
     os.environ.update({str(k): str(v) for k, v in dict(policy.get("env", {})).items()})
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return ACTIVE_LAYERS

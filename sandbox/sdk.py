@@ -209,7 +209,10 @@ class App:
                 continue
             due.append(timer.callback)
             if timer.interval is not None:
-                timer.when = max(now, timer.when + timer.interval)
+                # A timer late by whole intervals skips them rather than firing in a burst.
+                timer.when += timer.interval
+                if timer.when <= now:
+                    timer.when = now + timer.interval
                 timer.seq = next(self._seq)
                 heapq.heappush(self._timers, timer)
         return due

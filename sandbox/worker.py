@@ -301,7 +301,7 @@ def run_worker(
     app_id: str, app_dir: str, entry: str, endpoint: str, policy: dict[str, Any] | None = None
 ) -> int:
     """The worker process's main: confine, connect, load the app, serve; returns the exit code."""
-    confine(policy or {})
+    layers = confine(policy or {})
     context = zmq.Context(1)
     sock = context.socket(zmq.PAIR)
     sock.setsockopt(zmq.LINGER, 2000)
@@ -352,7 +352,7 @@ def run_worker(
                 )
             )
             return 1
-        loop.send(Hello(pid=os.getpid(), protocol=PROTOCOL))
+        loop.send(Hello(pid=os.getpid(), protocol=PROTOCOL, layers=list(layers)))
         loop.flush(force=True)
         loop.serve()
         return 0

@@ -29,7 +29,8 @@ examples:
   aotui up --detach                 start the default desktop in the background
   aotui snapshot                    print what the agent reads
   aotui exec '<context>open --application app_2</context>'
-  echo '<context app_id="app_2" view_id="view_0">execute add_note --text hi</context>' | aotui exec
+  echo '<context app_id="app_2" view_id="view_0">execute add_note --title T --text hi</context>' \
+      | aotui exec
   aotui say "Hello agent"           post a user message into the chat app
   aotui status                      apps, pids, memory, CPU, restarts
   aotui down                        stop the desktop and every worker
@@ -161,6 +162,8 @@ def format_status(status: dict[str, Any]) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+    layers = sorted({layer for app in status["apps"] for layer in app.get("layers", [])})
+    lines += ["", f"worker confinement layers: {', '.join(layers) or '(no worker running)'}"]
     return "\n".join(lines)
 
 
@@ -180,6 +183,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         _emit(args, result)
     else:
         sys.stdout.write(result["markdown"])
+        sys.stdout.flush()
         if not args.plain:
             print(f"[snapshot {result['snapshot_id']}]", file=sys.stderr)
     return 0
@@ -197,7 +201,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_say(args: argparse.Namespace) -> int:
     """Post a user message into the chat app."""
     with _client(args) as client:
-        result = client.say(args.text)
+        result = client.say(args.text, args.app)
     _emit(args, {"result": result}, "sent")
     return 0
 
@@ -258,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     parsers["exec"].add_argument("text", nargs="?", help="agent message; stdin when omitted")
     parsers["exec"].add_argument("--snapshot", help="snapshot id refs resolve against")
     parsers["say"].add_argument("text", help="the user's message")
+    parsers["say"].add_argument(
+        "--app", default="system.chat", help="app that receives it (default system.chat)"
+    )
     parsers["watch"].add_argument(
         "--max-updates", type=int, default=None, help="exit after this many redraws"
     )

@@ -205,9 +205,9 @@ class Client:
         result: dict[str, Any] = self.call("uninstall", app=app)
         return result
 
-    def say(self, text: str) -> Any:
-        """Post a user message into the chat app."""
-        return self.call("say", text=text)
+    def say(self, text: str, app: str = "system.chat") -> Any:
+        """Post a user message (the ``user_message`` event) into an app, the chat by default."""
+        return self.call("say", text=text, app=app)
 
     def shutdown(self) -> None:
         """Stop the desktop and every process it started."""

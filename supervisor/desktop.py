@@ -239,8 +239,9 @@ class Desktop:
                 await asyncio.wait_for(worker.send(Shutdown("closed by the agent")), 0.5)
             await self._wait_exit(worker, 1.0)
         await self._discard_worker(app)
+        # The app's data outlives its worker: opening it again restores the last acknowledged
+        # state; only its views start afresh.
         app.views = ViewTree()
-        app.saved_state = None
         app.restore_views = []
         app.transition(AppStatus.NOT_RUNNING)
         self.log(f"{app.name} closed.")

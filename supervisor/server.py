@@ -30,7 +30,7 @@ from protocol import codec
 from protocol.commands import Command
 from protocol.errors import AotuiError, ErrorCode
 from protocol.grammar import parse_commands
-from protocol.messages import ErrorReply, Operation, Reply, Request, Signal
+from protocol.messages import Ack, ErrorReply, Operation, Reply, Request, Signal
 from supervisor.app_record import AppRecord
 from supervisor.config import DesktopConfig
 from supervisor.desktop import Desktop
@@ -289,6 +289,7 @@ class Supervisor:
             "cpu_percent": cpu,
             "restarts": app.restarts,
             "last_exit": app.last_exit or None,
+            "layers": app.worker.layers if app.worker is not None else [],
         }
 
     async def install(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -315,7 +316,9 @@ class Supervisor:
             self.config.operation_timeout_ms / 1000,
             "user_message",
         )
-        return getattr(reply, "result", None)
+        if isinstance(reply, Ack) and reply.state is not None:
+            app.saved_state = reply.state
+        return reply.result if isinstance(reply, Ack) else None
 
     async def shutdown(self, params: dict[str, Any]) -> dict[str, Any]:
         """Stop the desktop after answering."""

@@ -44,6 +44,8 @@ class WorkerHandle:
         self.on_message = on_message
         self.on_violation = on_violation
         self.pid: int | None = None
+        #: Confinement layers the worker reported in its ``Hello``.
+        self.layers: list[str] = []
         loop = asyncio.get_running_loop()
         self.hello: asyncio.Future[Hello] = loop.create_future()
         #: Resolved by the desktop when the worker's first fragment update arrives.
@@ -126,6 +128,7 @@ class WorkerHandle:
                 self.fail_pending(AotuiError(ErrorCode.E_APP_ERROR, message.message))
             return
         if isinstance(message, Hello):
+            self.layers = list(message.layers)
             if not self.hello.done():
                 self.hello.set_result(message)
             return
