@@ -1,9 +1,52 @@
 """The words on the wire; imports nothing else of aotui.
 
 - :mod:`protocol.errors` — ``ErrorCode`` (recoverable / JSON-RPC / exit codes), ``AotuiError``.
-- :mod:`protocol.messages` — the frozen dataclass messages between client, supervisor and worker.
+- :mod:`protocol.commands` — ``Command`` and ``Action``: one parsed agent command, structured form.
+- :mod:`protocol.grammar` — ``parse_commands``: the ``<context>`` command language (CONTRACT §5).
+- :mod:`protocol.args` — operation argument schemas, coercion and ref resolution hooks.
+- :mod:`protocol.messages` — the frozen dataclass messages between client, supervisor, worker.
+- :mod:`protocol.codec` — the only module that touches msgpack: frames with limits.
+- :mod:`protocol.stream` — length-prefixed frames over stream sockets (supervisor ↔ zygote).
+- :mod:`protocol.structure` — escaping of the snapshot's structural tags in app text.
 """
 
+from protocol.args import (
+    ArgSchema,
+    CoercedArgs,
+    Param,
+    RefResolver,
+    ResolvedRef,
+    coerce_args,
+    parse_arg_schema,
+    parse_ref,
+)
+from protocol.codec import PROTOCOL_VERSION, Codec, decode, encode
+from protocol.commands import Action, ArgValues, Command
 from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
+from protocol.grammar import parse_commands
+from protocol.structure import STRUCTURAL_TAGS, contains_structural, escape_structural
 
-__all__ = ["EXIT_NO_DESKTOP", "AotuiError", "ErrorCode"]
+__all__ = [
+    "EXIT_NO_DESKTOP",
+    "PROTOCOL_VERSION",
+    "STRUCTURAL_TAGS",
+    "Action",
+    "AotuiError",
+    "ArgSchema",
+    "ArgValues",
+    "Codec",
+    "CoercedArgs",
+    "Command",
+    "ErrorCode",
+    "Param",
+    "RefResolver",
+    "ResolvedRef",
+    "coerce_args",
+    "contains_structural",
+    "decode",
+    "encode",
+    "escape_structural",
+    "parse_arg_schema",
+    "parse_commands",
+    "parse_ref",
+]

@@ -12,7 +12,7 @@ counts nesting from the frame array (1) and fields map (2); ``max_items`` (100 0
 array and map; ``max_str_bytes`` (1 MiB) each str (as UTF-8) and bin. msgpack's C unpacker
 allocates an array's claimed length before reading it, so a few KB of nested headers could claim
 gigabytes: a frame whose array headers might claim more items than it has bytes is first walked
-by :func:`_scan`, which allocates nothing.
+by :func:`protocol.frame_guard.scan`, which allocates nothing.
 
 A peer's malformed frame is a protocol violation: decoding raises ``E_INVALID_CMD``. A message of
 ours that cannot be encoded is our bug: encoding raises ``E_INTERNAL``. Nothing else escapes;
@@ -47,6 +47,7 @@ from typing import Any, NoReturn
 import msgpack
 
 from protocol.errors import AotuiError, ErrorCode
+from protocol.frame_guard import FrameRefused, claims_fit, scan
 from protocol.messages import MESSAGE_TYPES, Message
 
 __all__ = ["PROTOCOL_VERSION", "Codec", "decode", "encode"]
@@ -154,75 +155,6 @@ _DECODING = _MapMsgpackErrors(ErrorCode.E_INVALID_CMD, "malformed frame")
 _ENCODING = _MapMsgpackErrors(ErrorCode.E_INTERNAL, "cannot encode")
 
 
-# Size, header included, of each fixed-size type by first byte: nil, bools, floats, ints.
-_FIXED_SIZES = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9, 0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9}
-_FIXED_SIZES |= {0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}
-# Width of the length field of bin8/16/32 and str8/16/32.
-_LENGTH_WIDTHS = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
-# array16/32, map16/32: width of the count field, and items per counted entry.
-_COUNT_WIDTHS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
-# Past this many array16/32 marker bytes, adding up their claims costs more than a scan.
-_MAX_MARKERS = 512
-
-
-def _claims_fit(frame: bytes, cap: int) -> bool:
-    """Whether all bytes that could open an array16/32 claim, together, fewer items than bytes."""
-    budget, markers = len(frame), 0
-    # Marker bytes inside strings count too; that only sends a few more frames to _scan.
-    for marker, width in ((b"\xdc", 2), (b"\xdd", 4)):
-        pos = frame.find(marker)
-        while pos != -1:
-            markers += 1
-            budget -= min(int.from_bytes(frame[pos + 1 : pos + 1 + width], "big"), cap)
-            if budget < 0 or markers > _MAX_MARKERS:
-                return False
-            pos = frame.find(marker, pos + 1)
-    return True
-
-
-def _scan(frame: bytes, max_depth: int) -> None:
-    """Walk the headers without building anything, refusing claims the frame's bytes cannot back."""
-    end, pos = len(frame), 0
-    owed = [1]  # items still to read at each open level; the outermost holds the frame itself
-    total = 1
-    while True:
-        while owed and owed[-1] == 0:
-            owed.pop()
-        if not owed:
-            break
-        # Each owed item takes a byte at least, which bounds what msgpack will allocate.
-        if total > end - pos:
-            raise _Refused("malformed", "headers claim more items than the frame has bytes")
-        byte, count = frame[pos], -1
-        owed[-1] -= 1
-        total -= 1
-        if byte < 0x80 or byte >= 0xE0:
-            pos += 1
-        elif byte < 0xA0:
-            count = (byte & 0x0F) * (2 if byte < 0x90 else 1)
-            pos += 1
-        elif byte < 0xC0:
-            pos += 1 + (byte & 0x1F)
-        elif byte in _FIXED_SIZES:
-            pos += _FIXED_SIZES[byte]
-        elif byte in _LENGTH_WIDTHS:
-            width = _LENGTH_WIDTHS[byte]
-            pos += 1 + width + int.from_bytes(frame[pos + 1 : pos + 1 + width], "big")
-        elif byte in _COUNT_WIDTHS:
-            width, per_entry = _COUNT_WIDTHS[byte]
-            count = per_entry * int.from_bytes(frame[pos + 1 : pos + 1 + width], "big")
-            pos += 1 + width
-        else:
-            raise _Refused("ext_type", f"byte 0x{byte:02x} (ext or reserved) is not allowed")
-        if count >= 0:
-            if len(owed) > max_depth:
-                raise _Refused("too_deep", f"nesting deeper than max_depth {max_depth}")
-            owed.append(count)
-            total += count
-    if pos != end:
-        raise _Refused("malformed", "the frame's length does not match its contents")
-
-
 def _exact(kind: type) -> _Convert:
     def check(value: Any, depth: int) -> Any:
         if type(value) is not kind:
@@ -306,8 +238,11 @@ class Codec:
                 raise _Refused("not_bytes", f"a frame is bytes, got {type(frame).__name__}")
             self._check_size(frame)
             cap = min(self.max_items, len(frame))
-            if not _claims_fit(frame, cap):
-                _scan(frame, self.max_depth)
+            if not claims_fit(frame, cap):
+                try:
+                    scan(frame, self.max_depth)
+                except FrameRefused as refused:
+                    raise _Refused(refused.reason, refused.detail) from None
             top = msgpack.unpackb(
                 frame,
                 raw=False,

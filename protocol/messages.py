@@ -297,6 +297,10 @@ class Exited(Message):
     exit_code: int | None
     signal: int | None
 
+    def __post_init__(self) -> None:
+        if (self.exit_code is None) == (self.signal is None):
+            raise ValueError("exactly one of exit_code and signal must be set")
+
 
 # --- both directions / client ↔ supervisor ------------------------------------------------------
 

@@ -1,1 +1,25 @@
-"""The OS side."""
+"""The OS side: the supervisor process and everything that talks to it.
+
+- :mod:`supervisor.server` — ``Supervisor``: the process, its sockets, request dispatch, signals.
+- :mod:`supervisor.desktop` — ``Desktop``: apps, workers, what each command does.
+- :mod:`supervisor.app_record` / :mod:`supervisor.view_tree` — one app's state machine and views.
+- :mod:`supervisor.snapshot` — assembling the Markdown snapshot from cached fragments.
+- :mod:`supervisor.registry`, :mod:`supervisor.lease`, :mod:`supervisor.throttle` — snapshot ids,
+  the input lease, signal throttling (all with an injectable clock).
+- :mod:`supervisor.launcher` / :mod:`supervisor.worker_handle` — starting workers, their channels.
+- :mod:`supervisor.manifest`, :mod:`supervisor.config`, :mod:`supervisor.paths` — validated inputs.
+- :mod:`supervisor.client` — ``Client``, the Python API; :mod:`supervisor.cli` — ``aotui``.
+"""
+
+from supervisor.client import Client, DesktopUnavailable
+from supervisor.config import DesktopConfig, load_config
+from supervisor.manifest import Manifest, load_manifest
+
+__all__ = [
+    "Client",
+    "DesktopConfig",
+    "DesktopUnavailable",
+    "Manifest",
+    "load_config",
+    "load_manifest",
+]

@@ -74,15 +74,9 @@ def test_commands_on_a_running_desktop(start_desktop: Start) -> None:
     where = on(desktop)
     status = aotui("status", *where)
     assert status.returncode == 0
-    assert (
-        "APP" in status.stdout
-    )
-    assert (
-        "system.chat" in status.stdout
-    )
-    assert (
-        "not running" in status.stdout
-    )
+    assert "APP" in status.stdout
+    assert "system.chat" in status.stdout
+    assert "not running" in status.stdout
     rows = json.loads(aotui("status", "--json", *where).stdout)
     assert rows["pid"] == desktop.process.pid
     chat = rows["apps"][0]

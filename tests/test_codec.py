@@ -14,6 +14,7 @@ import msgpack
 import pytest
 
 import protocol.codec as codec_module
+from protocol import frame_guard
 from protocol.codec import PROTOCOL_VERSION, Codec, decode, encode
 from protocol.errors import AotuiError, ErrorCode
 from protocol.messages import (
@@ -149,7 +150,7 @@ def test_round_trip(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", sorted(EXAMPLES))
 def test_round_trip_through_the_header_scan(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec_module, "_claims_fit", lambda frame, cap: False)
+    monkeypatch.setattr(codec_module, "claims_fit", lambda frame, cap: False)
     message = EXAMPLES[kind]
     assert decode(encode(message)) == message
 
@@ -478,9 +479,9 @@ def test_bomb_fails_fast_with_bounded_memory(bomb: str, prefix: bytes) -> None:
 
 def test_header_scan_refuses_what_msgpack_would_preallocate() -> None:
     raw = b"\xdc\xff\xff" * 2000 + b"\xc0" * 70_000
-    assert not codec_module._claims_fit(raw, 100_000)
-    with pytest.raises(codec_module._Refused):
-        codec_module._scan(raw, 32)
+    assert not frame_guard.claims_fit(raw, 100_000)
+    with pytest.raises(frame_guard.FrameRefused):
+        frame_guard.scan(raw, 32)
 
 
 # --- the foreign-exception mapping --------------------------------------------------------------

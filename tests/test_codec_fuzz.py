@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import protocol.codec as codec_module
+from protocol import frame_guard
 from protocol.codec import PROTOCOL_VERSION, decode, encode
 from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import MESSAGE_TYPES, Message
+from protocol.messages import MESSAGE_TYPES, Exited, Message
 from tests.test_codec import EXAMPLES
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,6 +135,10 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
         return st.dictionaries(st.text(max_size=8), strategy_for(args[1]), max_size=3)
     if type(None) in args:
         return st.none() | strategy_for(next(a for a in args if a is not type(None)))
+    if hint is Exited:  # exactly one of exit_code / signal, as its __post_init__ demands
+        return st.builds(Exited, pid=INTS, exit_code=INTS, signal=st.none()) | st.builds(
+            Exited, pid=INTS, exit_code=st.none(), signal=INTS
+        )
     hints = typing.get_type_hints(hint)
     fields = {f.name: strategy_for(hints[f.name]) for f in dataclasses.fields(hint)}
     return st.builds(hint, **fields)
@@ -150,20 +154,20 @@ MESSAGES = st.sampled_from(sorted(MESSAGE_TYPES)).flatmap(
 def test_generated_messages_round_trip(message: Message) -> None:
     raw = encode(message)
     assert decode(raw) == message
-    codec_module._scan(raw, 32)  # the header scan never refuses a frame we produce
+    frame_guard.scan(raw, 32)  # the header scan never refuses a frame we produce
 
 
 @FUZZ
 @given(PLAIN)
 def test_header_scan_accepts_all_plain_data(value: Any) -> None:
-    codec_module._scan(msgpack.packb(value, use_bin_type=True), 64)
+    frame_guard.scan(msgpack.packb(value, use_bin_type=True), 64)
 
 
 @FUZZ
 @given(st.binary(max_size=64) | PACKABLE.map(lambda value: msgpack.packb(value, use_bin_type=True)))
 def test_header_scan_raises_nothing_but_a_refusal(raw: bytes) -> None:
-    with contextlib.suppress(codec_module._Refused):
-        codec_module._scan(raw, 32)
+    with contextlib.suppress(frame_guard.FrameRefused):
+        frame_guard.scan(raw, 32)
 
 
 @pytest.mark.parametrize("kind", sorted(EXAMPLES))

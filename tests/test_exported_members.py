@@ -1,0 +1,82 @@
+"""The public surface is on purpose: every package's ``__all__`` is exactly what is listed here."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "protocol": {
+        "EXIT_NO_DESKTOP",
+        "PROTOCOL_VERSION",
+        "STRUCTURAL_TAGS",
+        "Action",
+        "AotuiError",
+        "ArgSchema",
+        "ArgValues",
+        "Codec",
+        "CoercedArgs",
+        "Command",
+        "ErrorCode",
+        "Param",
+        "RefResolver",
+        "ResolvedRef",
+        "coerce_args",
+        "contains_structural",
+        "decode",
+        "encode",
+        "escape_structural",
+        "parse_arg_schema",
+        "parse_commands",
+        "parse_ref",
+    },
+    "sandbox": {
+        "App",
+        "OperationCall",
+        "RenderedView",
+        "Timer",
+        "View",
+        "ViewLink",
+        "operation",
+        "render_view",
+    },
+    "supervisor": {
+        "Client",
+        "DesktopConfig",
+        "DesktopUnavailable",
+        "Manifest",
+        "load_config",
+        "load_manifest",
+    },
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_exports(package: str) -> None:
+    module = importlib.import_module(package)
+    assert set(module.__all__) == PUBLIC[package]
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+
+
+def test_names_the_issue_promises() -> None:
+    from protocol import AotuiError, Command, ErrorCode, parse_commands
+    from sandbox.render import render_view
+
+    assert callable(parse_commands)
+    assert callable(render_view)
+    assert issubclass(AotuiError, Exception)
+    assert Command.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert ErrorCode.E_INVALID_CMD.exit_code == 64
+
+
+def test_sandbox_never_imports_supervisor() -> None:
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).parent.parent
+    for folder, forbidden in (("sandbox", "supervisor"), ("protocol", "supervisor|sandbox")):
+        for path in (root / folder).glob("*.py"):
+            text = path.read_text()
+            assert not re.search(rf"^\s*(from|import) ({forbidden})\b", text, re.M), path
