@@ -16,10 +16,19 @@ _HEADER = struct.Struct("!I")
 MAX_STREAM_FRAME = 1 << 20
 
 
-def write_frame(sock: socket.socket, message: Message) -> None:
-    """Send one ``<u32 length><codec frame>`` on a blocking stream socket."""
-    frame = codec.encode(message)
-    sock.sendall(_HEADER.pack(len(frame)) + frame)
+def write_frame(sock: socket.socket, message: Message, fds: list[int] | None = None) -> None:
+    """Send one ``<u32 length><codec frame>`` on a blocking stream socket, maybe with fds.
+
+    Descriptors travel as ``SCM_RIGHTS`` on the frame's first byte, so the receiver gets them
+    with (or before) the frame they belong to.
+    """
+    encoded = codec.encode(message)
+    frame = _HEADER.pack(len(encoded)) + encoded
+    if fds:
+        sent = socket.send_fds(sock, [frame], fds)
+        frame = frame[sent:]
+    if frame:
+        sock.sendall(frame)
 
 
 class FrameReader:

@@ -298,14 +298,28 @@ class WorkerLoop:
 
 
 def run_worker(
-    app_id: str, app_dir: str, entry: str, endpoint: str, policy: dict[str, Any] | None = None
+    app_id: str,
+    app_dir: str,
+    entry: str,
+    endpoint: str,
+    policy: dict[str, Any] | None = None,
+    channel_fd: int | None = None,
 ) -> int:
-    """The worker process's main: confine, connect, load the app, serve; returns the exit code."""
+    """The worker process's main: confine, open the channel, load the app, serve.
+
+    With ``channel_fd`` (the normal path) the channel is the listening socket the supervisor
+    created and passed down: ZeroMQ binds on it (``ZMQ_USE_FD``) and the supervisor connects, so
+    a confined worker never needs to ``connect()`` anywhere. Without it (tests), it connects.
+    """
     layers = confine(policy or {})
     context = zmq.Context(1)
     sock = context.socket(zmq.PAIR)
     sock.setsockopt(zmq.LINGER, 2000)
-    sock.connect(endpoint)
+    if channel_fd is not None:
+        sock.setsockopt(zmq.USE_FD, channel_fd)
+        sock.bind(endpoint)
+    else:
+        sock.connect(endpoint)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not sock.poll(int(START_TIMEOUT_S * 1000)):

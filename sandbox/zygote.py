@@ -45,16 +45,23 @@ def set_parent_death_signal(signum: int = signal.SIGKILL) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
-def read_frames(sock: socket.socket, reader: FrameReader) -> list[Message] | None:
-    """Read what is available; ``None`` at end of stream."""
-    data = sock.recv(65536)
+#: The descriptor number a worker finds its channel's listening socket on.
+CHANNEL_FD = 3
+
+
+def read_frames(
+    sock: socket.socket, reader: FrameReader, fds: list[int]
+) -> list[Message] | None:
+    """Read what is available, queueing passed descriptors on ``fds``; ``None`` at end of stream."""
+    data, received, _flags, _addr = socket.recv_fds(sock, 65536, 8)
+    fds.extend(received)
     if not data:
         return None
     return reader.feed(data)
 
 
-def _child(launch: Launch, zygote_pid: int) -> int:
-    """Runs in the forked child: detach, close inherited descriptors, become the worker."""
+def _child(launch: Launch, zygote_pid: int, channel_fd: int) -> int:
+    """Runs in the forked child: detach, keep only the channel, become the worker."""
     os.setsid()
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != zygote_pid:  # the zygote died between fork and prctl
@@ -62,19 +69,25 @@ def _child(launch: Launch, zygote_pid: int) -> int:
     signal.set_wakeup_fd(-1)
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
         signal.signal(signum, signal.SIG_DFL)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    os.dup2(channel_fd, CHANNEL_FD)  # dup2'd descriptors are inheritable and not close-on-exec
+    os.closerange(CHANNEL_FD + 1, os.sysconf("SC_OPEN_MAX"))
     return worker.run_worker(
-        launch.app, launch.app_dir, launch.entry, launch.endpoint, dict(launch.policy)
+        launch.app,
+        launch.app_dir,
+        launch.entry,
+        launch.endpoint,
+        dict(launch.policy),
+        channel_fd=CHANNEL_FD,
     )
 
 
-def _fork_worker(launch: Launch, zygote_pid: int) -> int:
+def _fork_worker(launch: Launch, zygote_pid: int, channel_fd: int) -> int:
     """Fork one worker; returns its pid in the zygote, never returns in the child."""
     pid = os.fork()
     if pid == 0:
         code = 70
         try:
-            code = _child(launch, zygote_pid)
+            code = _child(launch, zygote_pid, channel_fd)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -114,6 +127,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     zygote_pid = os.getpid()
     reader = FrameReader()
+    passed_fds: list[int] = []
     while True:
         try:
             ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
@@ -124,7 +138,7 @@ def main(argv: list[str]) -> int:
             _reap(sock)
         if sock.fileno() in ready:
             try:
-                messages = read_frames(sock, reader)
+                messages = read_frames(sock, reader, passed_fds)
             except AotuiError as exc:
                 print(f"zygote: bad control frame: {exc}", file=sys.stderr)
                 return 2
@@ -132,12 +146,19 @@ def main(argv: list[str]) -> int:
                 return 0
             for message in messages:
                 if isinstance(message, Launch):
+                    if not passed_fds:
+                        error = "launch arrived without its channel descriptor"
+                        write_frame(sock, Launched(token=message.token, pid=0, error=error))
+                        continue
+                    channel_fd = passed_fds.pop(0)
                     try:
-                        pid = _fork_worker(message, zygote_pid)
+                        pid = _fork_worker(message, zygote_pid, channel_fd)
                     except OSError as exc:
                         write_frame(sock, Launched(token=message.token, pid=0, error=str(exc)))
                     else:
                         write_frame(sock, Launched(token=message.token, pid=pid))
+                    finally:
+                        os.close(channel_fd)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import AotuiError, ErrorCode
 from supervisor.manifest import Manifest
+from supervisor.restart import RestartTracker
 from supervisor.view_tree import ViewTree
 
 if TYPE_CHECKING:
@@ -73,8 +74,10 @@ class AppRecord:
     restarts: int = 0
     #: Why the last worker ended: ``exit 1``, ``signal 9``, ``timeout``…
     last_exit: str = ""
-    #: Monotonic times of recent crashes, for the restart intensity check.
-    crash_times: deque[float] = field(default_factory=lambda: deque(maxlen=16))
+    #: Applies the app's restart policy to its exits.
+    restart_tracker: RestartTracker = field(default_factory=RestartTracker)
+    #: Why the supervisor is killing the worker (``memory limit``…), until its exit is reported.
+    kill_reason: str = ""
     op_log: deque[tuple[float, str]] = field(init=False)
     on_transition: Callable[[AppRecord, AppStatus, AppStatus], None] | None = None
 

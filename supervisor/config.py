@@ -8,11 +8,13 @@ else parses config.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from protocol.errors import AotuiError, ErrorCode
+from supervisor.restart import RestartPolicy
 
 __all__ = ["BUNDLED_APPS_DIR", "DesktopConfig", "Limits", "load_config"]
 
@@ -61,6 +63,35 @@ class DesktopConfig:
     log_entries: int = 50
     #: Seconds between heartbeats to each worker.
     heartbeat_s: float = 2.0
+    #: A worker silent this long (no heartbeat answer) is killed (``last_exit``: ``timeout``).
+    heartbeat_timeout_s: float = 15.0
+    #: Seconds between two watchdog samples of every worker's memory.
+    watchdog_interval_s: float = 0.05
+    #: CPU is measured over windows of this many seconds…
+    cpu_window_s: float = 1.0
+    #: …and a worker over its ``cpu_percent`` for this many windows in a row is killed.
+    cpu_strikes: int = 3
+    #: Refuse to start an app when any confinement layer is unavailable.
+    strict_sandbox: bool = False
+    #: Let the HTTP broker reach loopback/private addresses (for tests only).
+    allow_private_http: bool = False
+    #: Default restart policy: ``permanent``, ``transient`` or ``temporary``.
+    restart_mode: str = "permanent"
+    #: At most this many restarts within ``restart_period_s`` before the app is ``failed``.
+    max_restarts: int = 3
+    restart_period_s: float = 60.0
+    #: First back-off between restarts inside the period (doubles, up to 5 s).
+    restart_backoff_s: float = 0.1
+
+    def restart_policy(self, manifest_restart: Mapping[str, Any] | None = None) -> RestartPolicy:
+        """The restart policy of an app: the config's, overridden by its manifest's."""
+        base = {
+            "mode": self.restart_mode,
+            "max_restarts": self.max_restarts,
+            "period_s": self.restart_period_s,
+            "backoff_s": self.restart_backoff_s,
+        }
+        return RestartPolicy.from_dict({**base, **(manifest_restart or {})})
 
     def resolve_app_dir(self, entry: str) -> Path:
         """An app directory from the config: absolute, or relative to the bundled apps."""
@@ -109,12 +140,15 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConf
         elif key == "apps":
             _check("apps", value, (list, tuple))
             values[key] = tuple(_check("apps[]", item, str) for item in value)
-        elif key == "desktop":
-            values[key] = _check(key, value, str)
         else:
             default = known[key].default
+            if isinstance(default, bool | str):
+                values[key] = _check(key, value, type(default))
+                continue
             kind: type | tuple[type, ...] = (int, float) if isinstance(default, float) else int
-            if _check(key, value, kind) <= 0:
+            if _check(key, value, kind) <= 0 and key != "max_restarts":
                 raise AotuiError(ErrorCode.E_INVALID_CMD, f"config key {key!r} must be positive")
             values[key] = float(value) if isinstance(default, float) else value
-    return DesktopConfig(**values)
+    config = DesktopConfig(**values)
+    config.restart_policy()  # refuse a bad restart_mode now, not at the first crash
+    return config

@@ -9,10 +9,7 @@ signals).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
-import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -28,31 +25,20 @@ from protocol.errors import AotuiError, ErrorCode
 from protocol.messages import (
     Ack,
     Dismount,
-    Exited,
-    FragmentUpdate,
-    LogRecord,
-    Message,
     Mount,
     Operation,
-    Shutdown,
-    Start,
     ViewFragment,
 )
 from supervisor.app_record import AppRecord, AppStatus
+from supervisor.app_runner import AppRunner
 from supervisor.config import DesktopConfig
-from supervisor.launcher import ZygoteLauncher
 from supervisor.manifest import load_manifest
 from supervisor.paths import DesktopPaths
 from supervisor.registry import SnapshotRegistry
 from supervisor.snapshot import RefTable, Snapshot, build_snapshot
-from supervisor.view_tree import ViewTree
-from supervisor.worker_handle import WorkerHandle, describe_exit
 
 __all__ = ["Desktop"]
 
-#: Crashes allowed within ``_CRASH_WINDOW_S`` before an app is marked failed.
-_MAX_CRASHES = 3
-_CRASH_WINDOW_S = 60.0
 
 
 class Desktop:
@@ -76,19 +62,15 @@ class Desktop:
         self.registry: SnapshotRegistry[RefTable] = SnapshotRegistry(
             config.snapshot_ttl_s, config.snapshot_max_entries
         )
-        self.launcher = ZygoteLauncher(self._worker_exited, self._log_file())
-        self.closing = False
+        self.runner = AppRunner(config, paths, context, lambda: self.apps, self.log, on_change)
         # app_N ids follow install order and are never reused while the desktop lives.
         self._app_numbers = itertools.count()
-
-    def _log_file(self) -> int:
-        return os.open(self.paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the zygote, install the configured apps and open the system apps."""
-        self.launcher.start()
+        self.runner.start()
         for entry in self.config.apps:
             try:
                 self.install(self.config.resolve_app_dir(entry))
@@ -102,19 +84,7 @@ class Desktop:
 
     async def stop(self) -> None:
         """Stop every worker and the zygote; leaves no process behind."""
-        self.closing = True
-        for app in self.apps:
-            if app.worker is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(app.worker.send(Shutdown("desktop stopping")), 0.2)
-        deadline = time.monotonic() + 1.0
-        while self.launcher.pids and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        for app in self.apps:
-            if app.worker is not None:
-                await app.worker.close()
-                app.worker = None
-        self.launcher.stop()
+        await self.runner.stop()
 
     def log(self, text: str) -> None:
         """Add a line to System Logs."""
@@ -138,6 +108,7 @@ class Desktop:
             self.config.log_entries,
             on_transition=self._moved,
         )
+        record.restart_tracker.policy = self.config.restart_policy(manifest.restart)
         self.apps.append(record)
         self.log(f"Installed {manifest.name} ({manifest.id}) as {record.app_id}.")
         return record
@@ -172,155 +143,21 @@ class Desktop:
             ErrorCode.E_NOT_FOUND, f"no application {ref!r}; installed: {known}", {"app": ref}
         )
 
-    # --- workers --------------------------------------------------------------------------------
+    # --- workers (see supervisor.app_runner) ---------------------------------------------------
 
     async def open_app(self, app: AppRecord) -> None:
-        """Start a worker for ``app`` and wait for its first views."""
-        if app.is_live:
-            if app.status is AppStatus.COLLAPSED:
-                app.transition(AppStatus.RUNNING)
-            return
-        if app.status is AppStatus.STARTING:
-            raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is already starting")
-        restarting = app.status is AppStatus.RESTARTING
-        if app.status is AppStatus.FAILED:
-            app.crash_times.clear()
-        app.transition(AppStatus.STARTING)
-        endpoint = f"ipc://{self.paths.workers / f'{app.app_id}-{secrets.token_hex(6)}.sock'}"
-        sock = self.context.socket(zmq.PAIR)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.bind(endpoint)
-        handle = WorkerHandle(app.app_id, endpoint, sock, self._worker_message, self._violation)
-        handle.start()
-        app.worker = handle
-        app.views.reset_fragments()
-        timeout = self.config.start_timeout_ms / 1000
-        try:
-            handle.pid = await self.launcher.launch(
-                app.app_id,
-                str(app.manifest.app_dir),
-                app.manifest.entry,
-                endpoint,
-                {"limits": {**vars(self.config.limits), **app.manifest.limits}},
-            )
-            start = Start(app.app_id, app.saved_state, app.restore_views)
-            await asyncio.wait_for(handle.send(start), timeout)
-            await asyncio.wait_for(asyncio.shield(handle.hello), timeout)
-            await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
-        except (AotuiError, TimeoutError) as exc:
-            await self._discard_worker(app)
-            # The status may have moved while we waited (a crash report, a close).
-            if app.status in {AppStatus.STARTING}:
-                app.transition(AppStatus.NOT_RUNNING)
-            if isinstance(exc, AotuiError):
-                raise
-            raise AotuiError(
-                ErrorCode.E_TIMEOUT, f"{app.app_id} did not show its views within {timeout:.1f} s"
-            ) from None
-        app.transition(AppStatus.RUNNING)
-        if restarting:
-            self.on_change("app_restarted")
-        self.log(f"{app.name} {'restarted' if restarting else 'opened'} (pid {handle.pid}).")
+        """Start a worker for ``app`` (or show it, when collapsed)."""
+        await self.runner.open(app)
 
     async def close_app(self, app: AppRecord) -> None:
-        """Ask the worker to exit, kill it after a grace period, forget its views."""
-        if app.manifest.system and not self.closing:
+        """Stop ``app``'s worker; system apps cannot be closed while the desktop lives."""
+        if app.manifest.system and not self.runner.closing:
             raise AotuiError(
                 ErrorCode.E_INVALID_CMD,
                 f"{app.app_id} ({app.name}) is a system app and cannot be closed; "
                 f"collapse it instead: <context>collapse --application {app.app_id}</context>",
             )
-        if not app.is_live:
-            return
-        app.transition(AppStatus.STOPPING)
-        worker = app.worker
-        if worker is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(worker.send(Shutdown("closed by the agent")), 0.5)
-            await self._wait_exit(worker, 1.0)
-        await self._discard_worker(app)
-        # The app's data outlives its worker: opening it again restores the last acknowledged
-        # state; only its views start afresh.
-        app.views = ViewTree()
-        app.restore_views = []
-        app.transition(AppStatus.NOT_RUNNING)
-        self.log(f"{app.name} closed.")
-
-    async def _wait_exit(self, worker: WorkerHandle, grace_s: float) -> None:
-        deadline = time.monotonic() + grace_s
-        while worker.pid in self.launcher.pids and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-
-    async def _discard_worker(self, app: AppRecord) -> None:
-        worker, app.worker = app.worker, None
-        if worker is None:
-            return
-        if worker.pid is not None and worker.pid in self.launcher.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, 9)
-        await worker.close()
-        with contextlib.suppress(OSError):
-            os.unlink(worker.endpoint.removeprefix("ipc://"))
-
-    def _worker_message(self, worker: WorkerHandle, message: Message) -> None:
-        app = next((a for a in self.apps if a.worker is worker), None)
-        if app is None:
-            return
-        if isinstance(message, FragmentUpdate):
-            app.views.apply(message)
-            if not worker.first_update.done():
-                worker.first_update.set_result(None)
-            elif app.status is AppStatus.RUNNING:
-                self.on_change("dom_mutation")
-        elif isinstance(message, LogRecord):
-            self.log(f"{app.name}: {message.message}")
-
-    def _violation(self, worker: WorkerHandle, error: AotuiError) -> None:
-        app = next((a for a in self.apps if a.worker is worker), None)
-        name = app.name if app else worker.app_id
-        self.log(f"{name} sent a malformed frame ({error.message}); killing it.")
-        if worker.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, 9)
-
-    def _worker_exited(self, exited: Exited) -> None:
-        app = next((a for a in self.apps if a.worker and a.worker.pid == exited.pid), None)
-        if app is None:
-            return
-        app.last_exit = describe_exit(exited.exit_code, exited.signal)
-        worker = app.worker
-        if worker is not None:
-            worker.fail_pending(
-                AotuiError(
-                    ErrorCode.E_APP_ERROR,
-                    f"{app.app_id} ({app.name}) crashed mid-operation ({app.last_exit})",
-                )
-            )
-        if app.status in (AppStatus.STOPPING, AppStatus.STARTING) or self.closing:
-            return
-        asyncio.get_running_loop().create_task(self._crashed(app))
-
-    async def _crashed(self, app: AppRecord) -> None:
-        """Restart a crashed app with its last acknowledged state, or mark it failed."""
-        now = time.monotonic()
-        app.crash_times.append(now)
-        recent = [t for t in app.crash_times if now - t < _CRASH_WINDOW_S]
-        mounted = app.views.mounted_keys()
-        await self._discard_worker(app)
-        if len(recent) > _MAX_CRASHES:
-            app.transition(AppStatus.FAILED)
-            self.log(
-                f"{app.name} crashed {len(recent)} times in a minute ({app.last_exit}); failed."
-            )
-            return
-        app.transition(AppStatus.RESTARTING)
-        app.restarts += 1
-        self.log(f"{app.name} crashed ({app.last_exit}); restarting.")
-        app.restore_views = mounted
-        try:
-            await self.open_app(app)
-        except AotuiError as exc:
-            self.log(f"{app.name} could not restart: {exc.message}")
+        await self.runner.close(app)
 
     # --- commands -------------------------------------------------------------------------------
 

@@ -98,9 +98,15 @@ class ZygoteLauncher:
         self.pending.clear()
 
     async def launch(
-        self, app: str, app_dir: str, entry: str, endpoint: str, policy: dict[str, Any]
+        self,
+        app: str,
+        app_dir: str,
+        entry: str,
+        endpoint: str,
+        policy: dict[str, Any],
+        channel_fd: int,
     ) -> int:
-        """Fork a worker; returns its pid."""
+        """Fork a worker whose channel is the listening socket ``channel_fd``; returns its pid."""
         if self.sock is None:
             raise AotuiError(ErrorCode.E_INTERNAL, "the worker launcher is not started")
         token = next(self.tokens)
@@ -108,7 +114,9 @@ class ZygoteLauncher:
         self.pending[token] = future
         self.sock.setblocking(True)
         try:
-            write_frame(self.sock, Launch(token, app, app_dir, entry, endpoint, policy))
+            write_frame(
+                self.sock, Launch(token, app, app_dir, entry, endpoint, policy), [channel_fd]
+            )
         finally:
             self.sock.setblocking(False)
         launched = await asyncio.wait_for(future, 10.0)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from protocol.errors import AotuiError, ErrorCode
+from supervisor.restart import RestartPolicy
 
 __all__ = ["MANIFEST_NAME", "Manifest", "Permission", "load_manifest", "parse_permission"]
 
@@ -31,6 +32,7 @@ _FIELDS = {
     "system",
     "permissions",
     "limits",
+    "restart",
 }
 _LIMITS = {"memory_mb", "cpu_percent", "pids", "open_files"}
 
@@ -61,6 +63,8 @@ class Manifest:
     #: Limits the manifest sets; missing ones come from the desktop config.
     limits: dict[str, int]
     app_dir: Path
+    #: Restart policy keys the manifest sets (``mode``, ``max_restarts``, ``period_s``, …).
+    restart: dict[str, Any] = field(default_factory=dict)
 
 
 def _refuse(path: Path, field: str, problem: str) -> AotuiError:
@@ -147,7 +151,15 @@ def load_manifest(app_dir: str | Path) -> Manifest:
             raise _refuse(path, "limits", f"has unknown limit {name!r}")
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise _refuse(path, f"limits.{name}", "must be a positive integer")
+    restart = raw.get("restart", {})
+    if not isinstance(restart, dict):
+        raise _refuse(path, "restart", "must be an object like {\"mode\": \"transient\"}")
+    try:
+        RestartPolicy.from_dict(restart)
+    except AotuiError as exc:
+        raise _refuse(path, str(exc.data.get("field", "restart")), exc.message) from None
     return Manifest(
+        restart=dict(restart),
         id=raw["id"],
         name=raw["name"].strip(),
         version=raw["version"],

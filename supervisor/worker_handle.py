@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Callable
 
 import zmq
@@ -44,6 +45,8 @@ class WorkerHandle:
         self.on_message = on_message
         self.on_violation = on_violation
         self.pid: int | None = None
+        #: Monotonic time of the last heartbeat answer.
+        self.last_pong = time.monotonic()
         #: Confinement layers the worker reported in its ``Hello``.
         self.layers: list[str] = []
         loop = asyncio.get_running_loop()
@@ -133,6 +136,7 @@ class WorkerHandle:
                 self.hello.set_result(message)
             return
         if isinstance(message, Pong):
+            self.last_pong = time.monotonic()
             return
         self.on_message(self, message)
 

@@ -1,0 +1,326 @@
+"""Starting, watching, restarting and stopping the workers of a desktop's apps.
+
+The runner owns the zygote launcher, the watchdog and the heartbeats. A worker that ends without
+being asked to is handled by its app's :class:`~supervisor.restart.RestartPolicy`; the reason it
+ended (``exit 1``, ``signal 9``, ``memory limit``, ``cpu limit``, ``timeout``, ``protocol
+violation``) becomes the app's ``last_exit``. An operation in flight when a worker dies is answered
+``E_APP_ERROR``, never left without a reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from protocol.errors import AotuiError, ErrorCode
+from protocol.messages import Exited, FragmentUpdate, LogRecord, Message, Ping, Shutdown, Start
+from supervisor.app_record import AppRecord, AppStatus
+from supervisor.config import DesktopConfig
+from supervisor.launcher import ZygoteLauncher
+from supervisor.paths import DesktopPaths
+from supervisor.view_tree import ViewTree
+from supervisor.watchdog import Watchdog
+from supervisor.worker_handle import WorkerHandle, describe_exit
+
+__all__ = ["AppRunner"]
+
+#: First per-app uid when the supervisor runs as root (one uid per desktop and app).
+_UID_BASE = 200_000
+
+
+class AppRunner:
+    """The worker side of a desktop: launch, heartbeat, watchdog, restart, stop."""
+
+    def __init__(
+        self,
+        config: DesktopConfig,
+        paths: DesktopPaths,
+        context: zmq.asyncio.Context,
+        apps: Callable[[], Sequence[AppRecord]],
+        log: Callable[[str], None],
+        on_change: Callable[[str], None],
+    ) -> None:
+        self.config = config
+        self.paths = paths
+        self.context = context
+        self.apps = apps
+        self.log = log
+        self.on_change = on_change
+        self.launcher = ZygoteLauncher(self._exited, self._log_fd())
+        self.watchdog = Watchdog(
+            config.watchdog_interval_s, config.cpu_window_s, config.cpu_strikes
+        )
+        self.closing = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _log_fd(self) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        return os.open(self.paths.log, flags, 0o600)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the zygote and the background loops."""
+        self.launcher.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._watch(), name="watchdog"),
+            loop.create_task(self._heartbeat(), name="heartbeat"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop every worker and the zygote; leaves no process behind."""
+        self.closing = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        live = [app for app in self.apps() if app.worker is not None]
+        for app in live:
+            assert app.worker is not None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(app.worker.send(Shutdown("desktop stopping")), 0.2)
+        deadline = time.monotonic() + 1.0
+        while self.launcher.pids and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for app in live:
+            await self._discard(app)
+        self.launcher.stop()
+
+    def policy(self, app: AppRecord) -> dict[str, Any]:
+        """The confinement policy of ``app``'s worker, from its manifest and the config."""
+        grants = app.manifest.permissions
+        uid = None
+        if os.geteuid() == 0:
+            desktop = zlib.crc32(self.config.desktop.encode()) % 1000
+            uid = _UID_BASE + desktop * 1000 + int(app.app_id.removeprefix("app_"))
+        return {
+            "app_dir": str(app.manifest.app_dir),
+            "fs_read": [p.scope for p in grants if p.resource == "fs" and p.action == "read"],
+            "fs_write": [p.scope for p in grants if p.resource == "fs" and p.action == "write"],
+            "limits": {**vars(self.config.limits), **app.manifest.limits},
+            "uid": uid,
+            "strict": self.config.strict_sandbox,
+        }
+
+    async def open(self, app: AppRecord) -> None:
+        """Start a worker for ``app`` and wait for its first views."""
+        if app.is_live:
+            if app.status is AppStatus.COLLAPSED:
+                app.transition(AppStatus.RUNNING)
+            return
+        if app.status is AppStatus.STARTING:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is already starting")
+        restarting = app.status is AppStatus.RESTARTING
+        if app.status is AppStatus.FAILED:
+            app.restart_tracker.reset()
+        app.transition(AppStatus.STARTING)
+        # The channel: a listening socket only this worker holds (ZeroMQ binds on it with
+        # ZMQ_USE_FD), at a fresh path in our 0700 directory; we connect to it. Identity is
+        # the socket a frame arrives on, never what the frame says.
+        path = self.paths.workers / f"{app.app_id}-{secrets.token_hex(6)}.sock"
+        endpoint = f"ipc://{path}"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(path))
+            listener.listen(4)
+            sock = self.context.socket(zmq.PAIR)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoint)
+            handle = WorkerHandle(app.app_id, endpoint, sock, self._message, self._violation)
+            handle.start()
+            app.worker = handle
+            app.views.reset_fragments()
+            app.kill_reason = ""
+            timeout = self.config.start_timeout_ms / 1000
+            handle.pid = await self.launcher.launch(
+                app.app_id,
+                str(app.manifest.app_dir),
+                app.manifest.entry,
+                endpoint,
+                self.policy(app),
+                listener.fileno(),
+            )
+            limits = {**vars(self.config.limits), **app.manifest.limits}
+            self.watchdog.watch(app.app_id, handle.pid, limits["memory_mb"], limits["cpu_percent"])
+            start = Start(app.app_id, app.saved_state, app.restore_views)
+            await asyncio.wait_for(handle.send(start), timeout)
+            await asyncio.wait_for(asyncio.shield(handle.hello), timeout)
+            await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
+        except (AotuiError, TimeoutError, OSError) as exc:
+            await self._discard(app)
+            # The status may have moved while we waited (a crash report, a close).
+            if app.status in {AppStatus.STARTING}:
+                app.transition(AppStatus.NOT_RUNNING)
+            if isinstance(exc, AotuiError):
+                raise
+            if isinstance(exc, OSError):
+                raise AotuiError(ErrorCode.E_INTERNAL, f"cannot start {app.app_id}: {exc}") from exc
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT,
+                f"{app.app_id} did not show its views within {self.config.start_timeout_ms} ms",
+            ) from None
+        finally:
+            listener.close()  # the worker holds its own copy
+        handle.last_pong = time.monotonic()
+        app.transition(AppStatus.RUNNING)
+        if restarting:
+            self.on_change("app_restarted")
+        layers = ", ".join(handle.layers) or "none"
+        what = "restarted" if restarting else "opened"
+        self.log(f"{app.name} {what} (pid {handle.pid}; confinement: {layers}).")
+
+    async def close(self, app: AppRecord) -> None:
+        """Ask the worker to exit, kill it after a grace period, forget its views."""
+        if not app.is_live:
+            return
+        app.transition(AppStatus.STOPPING)
+        worker = app.worker
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(worker.send(Shutdown("closed by the agent")), 0.5)
+            deadline = time.monotonic() + 1.0
+            while worker.pid in self.launcher.pids and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        await self._discard(app)
+        # The app's data outlives its worker: opening it again restores the last acknowledged
+        # state; only its views start afresh.
+        app.views = ViewTree()
+        app.restore_views = []
+        app.transition(AppStatus.NOT_RUNNING)
+        self.log(f"{app.name} closed.")
+
+    def kill(self, app: AppRecord, reason: str) -> None:
+        """SIGKILL ``app``'s worker, recording why (the exit report picks the reason up)."""
+        worker = app.worker
+        if worker is None or worker.pid is None:
+            return
+        app.kill_reason = app.kill_reason or reason
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGKILL)
+
+    async def _discard(self, app: AppRecord) -> None:
+        worker, app.worker = app.worker, None
+        if worker is None:
+            return
+        if worker.pid is not None:
+            self.watchdog.forget(worker.pid)
+            if worker.pid in self.launcher.pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGKILL)
+        await worker.close()
+        with contextlib.suppress(OSError):
+            os.unlink(worker.endpoint.removeprefix("ipc://"))
+
+    # --- what workers say -----------------------------------------------------------------------
+
+    def _app_of(self, worker: WorkerHandle) -> AppRecord | None:
+        return next((a for a in self.apps() if a.worker is worker), None)
+
+    def _message(self, worker: WorkerHandle, message: Message) -> None:
+        app = self._app_of(worker)
+        if app is None:
+            return
+        if isinstance(message, FragmentUpdate):
+            app.views.apply(message)
+            if not worker.first_update.done():
+                worker.first_update.set_result(None)
+            elif app.status is AppStatus.RUNNING:
+                self.on_change("dom_mutation")
+        elif isinstance(message, LogRecord):
+            self.log(f"{app.name}: {message.message}")
+
+    def _violation(self, worker: WorkerHandle, error: AotuiError) -> None:
+        app = self._app_of(worker)
+        if app is None:
+            return
+        self.log(f"{app.name} broke the channel protocol ({error.message}); killing it.")
+        self.kill(app, "protocol violation")
+
+    def _exited(self, exited: Exited) -> None:
+        app = next((a for a in self.apps() if a.worker and a.worker.pid == exited.pid), None)
+        self.watchdog.forget(exited.pid)
+        if app is None:
+            return
+        app.last_exit = app.kill_reason or describe_exit(exited.exit_code, exited.signal)
+        worker = app.worker
+        if worker is not None:
+            worker.fail_pending(
+                AotuiError(
+                    ErrorCode.E_APP_ERROR,
+                    f"{app.app_id} ({app.name}) crashed mid-operation ({app.last_exit})",
+                    {"last_exit": app.last_exit},
+                )
+            )
+        if app.status in (AppStatus.STOPPING, AppStatus.STARTING) or self.closing:
+            return
+        abnormal = bool(app.kill_reason) or exited.signal is not None or exited.exit_code != 0
+        asyncio.get_running_loop().create_task(self._ended(app, abnormal))
+
+    async def _ended(self, app: AppRecord, abnormal: bool) -> None:
+        """Apply the restart policy to a worker that ended on its own."""
+        decision = app.restart_tracker.decide(abnormal)
+        mounted = app.views.mounted_keys()
+        await self._discard(app)
+        if decision.failed:
+            app.transition(AppStatus.FAILED)
+            self.log(f"{app.name} failed ({app.last_exit}): {decision.reason}; open it to retry.")
+            return
+        if not decision.restart:
+            app.transition(AppStatus.RESTARTING)
+            app.transition(AppStatus.NOT_RUNNING)
+            self.log(f"{app.name} ended ({app.last_exit}); {decision.reason}.")
+            return
+        app.transition(AppStatus.RESTARTING)
+        app.restarts += 1
+        self.log(f"{app.name} crashed ({app.last_exit}); restarting.")
+        app.restore_views = mounted
+        if decision.delay_s:
+            await asyncio.sleep(decision.delay_s)
+        if app.status is not AppStatus.RESTARTING:
+            return  # closed or uninstalled while we waited
+        try:
+            await self.open(app)
+        except AotuiError as exc:
+            self.log(f"{app.name} could not restart: {exc.message}")
+
+    # --- background loops -----------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.watchdog.interval_s)
+            for violation in self.watchdog.sample():
+                app = next((a for a in self.apps() if a.app_id == violation.app_id), None)
+                if app is not None and app.worker is not None and app.worker.pid == violation.pid:
+                    self.log(f"{app.name} over its {violation.reason} ({violation.detail}).")
+                    self.kill(app, violation.reason)
+
+    async def _heartbeat(self) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(self.config.heartbeat_s)
+            seq += 1
+            now = time.monotonic()
+            for app in self.apps():
+                worker = app.worker
+                if worker is None or not app.is_live:
+                    continue
+                if now - worker.last_pong > self.config.heartbeat_timeout_s:
+                    self.log(
+                        f"{app.name} stopped answering heartbeats for "
+                        f"{now - worker.last_pong:.0f} s; killing it."
+                    )
+                    self.kill(app, "timeout")
+                    continue
+                with contextlib.suppress(zmq.ZMQError, AotuiError):
+                    await worker.send(Ping(seq))

@@ -1,0 +1,130 @@
+"""Restart policies in the style of OTP supervisors and systemd units.
+
+- ``permanent``: always restarted, whatever the exit.
+- ``transient``: restarted only after an abnormal exit (non-zero code, a signal, a limit kill).
+- ``temporary``: never restarted; a crash leaves it ``not running``.
+
+Restart intensity: at most ``max_restarts`` restarts within ``period_s`` seconds; one more crash in
+that window and the app is ``failed`` until the agent opens it again. Restarts inside the window
+back off exponentially (``backoff_s`` doubling up to ``backoff_max_s``), so a crash loop costs
+little. Time is injected, so the rules are tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import AotuiError, ErrorCode
+from supervisor.registry import Clock
+
+__all__ = ["RestartDecision", "RestartMode", "RestartPolicy", "RestartTracker"]
+
+
+class RestartMode(enum.Enum):
+    """When a worker that ended is started again."""
+
+    #: Always.
+    PERMANENT = "permanent"
+    #: Only after an abnormal exit.
+    TRANSIENT = "transient"
+    #: Never.
+    TEMPORARY = "temporary"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How one app is restarted."""
+
+    mode: RestartMode = RestartMode.PERMANENT
+    max_restarts: int = 3
+    period_s: float = 60.0
+    backoff_s: float = 0.1
+    backoff_max_s: float = 5.0
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], where: str = "restart") -> RestartPolicy:
+        """Parse ``{"mode": "transient", "max_restarts": 5, …}``; errors name the key."""
+        known = {"mode", "max_restarts", "period_s", "backoff_s", "backoff_max_s"}
+        for key in raw:
+            if key not in known:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"{where}: unknown key {key!r} (known: {', '.join(sorted(known))})",
+                    {"field": f"{where}.{key}"},
+                )
+        values: dict[str, Any] = {}
+        if "mode" in raw:
+            try:
+                values["mode"] = RestartMode(raw["mode"])
+            except ValueError:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"{where}.mode must be permanent, transient or temporary, got {raw['mode']!r}",
+                    {"field": f"{where}.mode"},
+                ) from None
+        for key in ("max_restarts", "period_s", "backoff_s", "backoff_max_s"):
+            if key in raw:
+                value = raw[key]
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise AotuiError(
+                        ErrorCode.E_INVALID_CMD,
+                        f"{where}.{key} must be a non-negative number, got {value!r}",
+                        {"field": f"{where}.{key}"},
+                    )
+                values[key] = int(value) if key == "max_restarts" else float(value)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    """What to do after a worker ended."""
+
+    restart: bool
+    #: Seconds to wait before starting the new worker.
+    delay_s: float = 0.0
+    #: The app crashed too often: mark it ``failed``.
+    failed: bool = False
+    reason: str = ""
+
+
+@dataclass
+class RestartTracker:
+    """Applies a :class:`RestartPolicy` to one app's history of exits."""
+
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    clock: Clock = time.monotonic
+    restarts: deque[float] = field(default_factory=lambda: deque(maxlen=256))
+
+    def decide(self, abnormal: bool) -> RestartDecision:
+        """The decision for an exit that just happened (``abnormal``: crash, signal, limit)."""
+        mode = self.policy.mode
+        if mode is RestartMode.TEMPORARY:
+            return RestartDecision(False, reason="temporary apps are not restarted")
+        if mode is RestartMode.TRANSIENT and not abnormal:
+            return RestartDecision(False, reason="transient app exited normally")
+        now = self.clock()
+        while self.restarts and now - self.restarts[0] > self.policy.period_s:
+            self.restarts.popleft()
+        if len(self.restarts) >= self.policy.max_restarts:
+            return RestartDecision(
+                False,
+                failed=True,
+                reason=f"more than {self.policy.max_restarts} restarts in "
+                f"{self.policy.period_s:g} s",
+            )
+        delay = 0.0
+        if self.restarts and self.policy.backoff_s > 0:
+            delay = min(
+                self.policy.backoff_max_s, self.policy.backoff_s * 2 ** (len(self.restarts) - 1)
+            )
+        self.restarts.append(now)
+        return RestartDecision(True, delay_s=delay)
+
+    def reset(self) -> None:
+        """Forget the history (the agent opened a failed app again)."""
+        self.restarts.clear()

@@ -1,0 +1,140 @@
+"""The watchdog: samples every worker with psutil and names the ones to kill.
+
+- Memory: the worker's RSS plus its children's over ``memory_mb`` → kill at once (``memory
+  limit``). Sampled every ``interval_s`` (50 ms by default, so a runaway is killed well within
+  200 ms of crossing); the kernel limits (cgroup memory, RLIMIT_AS) are the backstop between two
+  samples.
+- CPU: over ``cpu_percent`` for ``cpu_strikes`` consecutive CPU windows (``cpu_window_s`` each)
+  → kill (``cpu limit``). One busy burst is allowed; a spinning loop is not.
+- Heartbeats are the supervisor's (see :mod:`supervisor.desktop`); this module only samples.
+
+Sampling is cheap (a read of ``/proc/<pid>/statm`` per worker per tick); children are looked up
+only once per CPU window because finding them scans ``/proc``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from supervisor.registry import Clock
+
+__all__ = ["Violation", "Watchdog", "WatchedWorker"]
+
+
+@dataclass
+class WatchedWorker:
+    """One worker under watch, with its limits and sampling state."""
+
+    app_id: str
+    pid: int
+    memory_bytes: int
+    cpu_percent: float
+    process: psutil.Process | None = None
+    children: list[psutil.Process] = field(default_factory=list)
+    cpu_strikes: int = 0
+    last_cpu_time: float | None = None
+    last_cpu_at: float = 0.0
+    peak_rss: int = 0
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A worker past a limit."""
+
+    app_id: str
+    pid: int
+    #: ``memory limit`` or ``cpu limit``.
+    reason: str
+    detail: str
+
+
+class Watchdog:
+    """Decides which workers are over their limits."""
+
+    def __init__(
+        self,
+        interval_s: float = 0.05,
+        cpu_window_s: float = 1.0,
+        cpu_strikes: int = 3,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.interval_s = interval_s
+        self.cpu_window_s = cpu_window_s
+        self.cpu_strikes = cpu_strikes
+        self.clock = clock
+        self.workers: dict[int, WatchedWorker] = {}
+
+    def watch(self, app_id: str, pid: int, memory_mb: int, cpu_percent: float) -> None:
+        """Start watching a worker."""
+        try:
+            process = psutil.Process(pid)
+        except psutil.Error:
+            return
+        self.workers[pid] = WatchedWorker(
+            app_id, pid, memory_mb * 1024 * 1024, cpu_percent, process, last_cpu_at=self.clock()
+        )
+
+    def forget(self, pid: int) -> None:
+        """Stop watching a worker (it ended)."""
+        self.workers.pop(pid, None)
+
+    def sample(self) -> list[Violation]:
+        """One tick: every worker's memory, and CPU when its window is over."""
+        violations: list[Violation] = []
+        now = self.clock()
+        for worker in list(self.workers.values()):
+            try:
+                violation = self._sample_one(worker, now)
+            except psutil.Error:
+                self.forget(worker.pid)
+                continue
+            if violation is not None:
+                violations.append(violation)
+                self.forget(worker.pid)
+        return violations
+
+    def _sample_one(self, worker: WatchedWorker, now: float) -> Violation | None:
+        assert worker.process is not None
+        rss = worker.process.memory_info().rss
+        for child in list(worker.children):
+            try:
+                rss += child.memory_info().rss
+            except psutil.Error:
+                worker.children.remove(child)
+        worker.peak_rss = max(worker.peak_rss, rss)
+        if rss > worker.memory_bytes:
+            return Violation(
+                worker.app_id,
+                worker.pid,
+                "memory limit",
+                f"{rss / 2**20:.0f} MB used, limit {worker.memory_bytes / 2**20:.0f} MB",
+            )
+        if now - worker.last_cpu_at < self.cpu_window_s:
+            return None
+        worker.children = worker.process.children(recursive=True)
+        times = worker.process.cpu_times()
+        cpu_time = times.user + times.system + sum(_cpu(c) for c in worker.children)
+        if worker.last_cpu_time is not None:
+            percent = 100.0 * (cpu_time - worker.last_cpu_time) / (now - worker.last_cpu_at)
+            worker.cpu_strikes = worker.cpu_strikes + 1 if percent > worker.cpu_percent else 0
+            if worker.cpu_strikes >= self.cpu_strikes:
+                return Violation(
+                    worker.app_id,
+                    worker.pid,
+                    "cpu limit",
+                    f"{percent:.0f}% CPU for {self.cpu_strikes} windows of "
+                    f"{self.cpu_window_s:g} s, limit {worker.cpu_percent:g}%",
+                )
+        worker.last_cpu_time, worker.last_cpu_at = cpu_time, now
+        return None
+
+
+def _cpu(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
