@@ -9,7 +9,8 @@ Directions:
 - supervisor → worker: :class:`Start`, :class:`Operation`, :class:`Mount`, :class:`Dismount`,
   :class:`Serialize`, :class:`Ping`, :class:`Shutdown`.
 - worker → supervisor: :class:`Hello`, :class:`FragmentUpdate`, :class:`Ack`, :class:`ErrorReply`,
-  :class:`AppState`, :class:`Pong`, :class:`LogRecord`.
+  :class:`AppState`, :class:`Pong`, :class:`LogRecord`, :class:`HttpCall` (answered by
+  :class:`HttpResult`).
 - client ↔ supervisor: :class:`Request` → :class:`Reply` or :class:`ErrorReply`.
 - supervisor → subscribers (PUB): :class:`Signal`.
 - supervisor ↔ zygote: :class:`Launch` → :class:`Launched`; :class:`Exited` when a worker ends.
@@ -32,6 +33,8 @@ __all__ = [
     "Exited",
     "FragmentUpdate",
     "Hello",
+    "HttpCall",
+    "HttpResult",
     "Launch",
     "Launched",
     "LogRecord",
@@ -247,6 +250,27 @@ class Pong(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class HttpCall(Message):
+    """An app asks the supervisor to perform an HTTP request under its ``net:http`` grants."""
+
+    KIND: ClassVar[str] = "http"
+    #: Chosen by the worker; echoed by :class:`HttpResult`.
+    call_id: int
+    #: ``{"method", "url", "headers", "body"}`` (see ``supervisor.http_broker.HttpRequest``).
+    request: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResult(Message):
+    """The answer to :class:`HttpCall`: a response, or an error (``AotuiError.to_dict()``)."""
+
+    KIND: ClassVar[str] = "http_result"
+    call_id: int
+    response: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LogRecord(Message):
     """A line for the System Logs or the app's operation log."""
 
@@ -370,5 +394,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         Launch,
         Launched,
         Exited,
+        HttpCall,
+        HttpResult,
     )
 }

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, ClassVar, TypeVar
 
-__all__ = ["App", "OperationCall", "Timer", "View", "operation"]
+__all__ = ["App", "HttpReply", "OperationCall", "Timer", "View", "operation"]
 
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 
@@ -45,6 +45,23 @@ def operation(op_id: str) -> Callable[[HandlerT], HandlerT]:
         return handler
 
     return mark
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    """What :meth:`App.http` returns."""
+
+    status: int
+    reason: str
+    #: Header names in lower case; repeated headers joined with ``, ``.
+    headers: Mapping[str, str]
+    body: bytes
+    #: The final URL, after redirects.
+    url: str
+
+    def text(self, encoding: str = "utf-8") -> str:
+        """The body decoded (undecodable bytes replaced)."""
+        return self.body.decode(encoding, errors="replace")
 
 
 class View:
@@ -122,6 +139,8 @@ class App:
         self.wakeup: Callable[[], None] = lambda: None
         #: Set by the worker: sends a line to the desktop's System Logs.
         self.log: Callable[[str], None] = lambda message: None
+        #: Set by the worker: performs a brokered HTTP request (see :meth:`http`).
+        self.broker: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     # --- hooks an app overrides -----------------------------------------------------------------
 
@@ -166,6 +185,32 @@ class App:
             if created is not None:
                 found = self.add_view(created)
         return found
+
+    def http(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
+    ) -> HttpReply:
+        """An HTTP request performed by the supervisor under the manifest's ``net:http`` grants.
+
+        A host the manifest does not grant (or a private address) raises ``PermissionError``;
+        a timeout raises ``TimeoutError``; any other failure ``ConnectionError``. Blocks the app's
+        loop until the answer comes (at most the desktop's HTTP timeout).
+        """
+        if self.broker is None:
+            raise RuntimeError("http() is only available inside a running worker")
+        answer = self.broker(
+            {"method": method, "url": url, "headers": dict(headers or {}), "body": bytes(body)}
+        )
+        return HttpReply(
+            status=int(answer["status"]),
+            reason=str(answer["reason"]),
+            headers=dict(answer["headers"]),
+            body=bytes(answer["body"]),
+            url=str(answer["url"]),
+        )
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
         """Run ``callback`` on the app's loop after ``delay`` seconds."""

@@ -36,6 +36,8 @@ from protocol.messages import (
     ErrorReply,
     FragmentUpdate,
     Hello,
+    HttpCall,
+    HttpResult,
     LogRecord,
     Message,
     Mount,
@@ -88,6 +90,9 @@ class WorkerLoop:
         self.parents: dict[str, str | None] = {}
         self.sent: dict[str, ViewFragment] = {}
         self.running = True
+        #: Messages that arrived while the app waited on a brokered call.
+        self.backlog: list[Message] = []
+        self.call_ids = 0
 
     # --- sending --------------------------------------------------------------------------------
 
@@ -276,12 +281,38 @@ class WorkerLoop:
         if due:
             self.flush()
 
+    def broker_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Ask the supervisor to perform an HTTP request; blocks until its answer.
+
+        Messages that arrive meanwhile are kept, in order, for the loop to serve afterwards.
+        """
+        self.call_ids += 1
+        call_id = self.call_ids
+        self.send(HttpCall(call_id=call_id, request=request))
+        while True:
+            message = codec.decode(self.sock.recv())
+            if isinstance(message, HttpResult) and message.call_id == call_id:
+                break
+            self.backlog.append(message)
+        if message.response is not None:
+            return message.response
+        error = message.error or {}
+        text = str(error.get("message", "the HTTP request failed"))
+        code = ErrorCode.parse(error.get("code"))
+        if code is ErrorCode.E_PERMISSION:
+            raise PermissionError(text)
+        if code is ErrorCode.E_TIMEOUT:
+            raise TimeoutError(text)
+        raise ConnectionError(text)
+
     def serve(self) -> None:
         """The loop: wait for a message, a timer or a wake-up; never blocks on anything else."""
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_fd, zmq.POLLIN)
         while self.running:
+            while self.backlog and self.running:
+                self.handle(self.backlog.pop(0))
             delay = self.app.next_timer_delay(time.monotonic())
             timeout = None if delay is None else max(0, int(delay * 1000) + 1)
             events = dict(poller.poll(timeout))
@@ -331,6 +362,7 @@ def run_worker(
             app = load_app(app_dir, entry, app_id)
             loop = WorkerLoop(app, sock, wake_r)
             app.log = loop.log
+            app.broker = loop.broker_call
 
             def wake() -> None:
                 # A full pipe means the loop is already due to wake.

@@ -24,9 +24,20 @@ import zmq
 import zmq.asyncio
 
 from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import Exited, FragmentUpdate, LogRecord, Message, Ping, Shutdown, Start
+from protocol.messages import (
+    Exited,
+    FragmentUpdate,
+    HttpCall,
+    HttpResult,
+    LogRecord,
+    Message,
+    Ping,
+    Shutdown,
+    Start,
+)
 from supervisor.app_record import AppRecord, AppStatus
 from supervisor.config import DesktopConfig
+from supervisor.http_broker import HttpRequest, fetch, policy_from_permissions
 from supervisor.launcher import ZygoteLauncher
 from supervisor.paths import DesktopPaths
 from supervisor.view_tree import ViewTree
@@ -37,6 +48,8 @@ __all__ = ["AppRunner"]
 
 #: First per-app uid when the supervisor runs as root (one uid per desktop and app).
 _UID_BASE = 200_000
+#: Brokered HTTP requests one worker may have in flight; more is a flood.
+_MAX_HTTP_IN_FLIGHT = 8
 
 
 class AppRunner:
@@ -63,6 +76,7 @@ class AppRunner:
         )
         self.closing = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._http_tasks: set[asyncio.Task[None]] = set()
 
     def _log_fd(self) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -239,6 +253,32 @@ class AppRunner:
                 self.on_change("dom_mutation")
         elif isinstance(message, LogRecord):
             self.log(f"{app.name}: {message.message}")
+        elif isinstance(message, HttpCall):
+            if worker.http_in_flight >= _MAX_HTTP_IN_FLIGHT:
+                self.log(f"{app.name} flooded the HTTP broker; killing it.")
+                self.kill(app, "protocol violation")
+                return
+            worker.http_in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._http(app, worker, message))
+            self._http_tasks.add(task)
+            task.add_done_callback(self._http_tasks.discard)
+
+    async def _http(self, app: AppRecord, worker: WorkerHandle, call: HttpCall) -> None:
+        """Perform one brokered HTTP request off the loop and answer the worker."""
+        policy = policy_from_permissions(app.manifest.permissions, self.config.allow_private_http)
+        try:
+            request = HttpRequest.from_dict(call.request)
+            response = await asyncio.to_thread(fetch, request, policy)
+            result = HttpResult(call.call_id, response=response.to_dict())
+        except AotuiError as exc:
+            if exc.code is ErrorCode.E_PERMISSION:
+                self.log(f"{app.name}: HTTP request refused: {exc.message}")
+            result = HttpResult(call.call_id, error=exc.to_dict())
+        finally:
+            worker.http_in_flight -= 1
+        if app.worker is worker:
+            with contextlib.suppress(zmq.ZMQError, AotuiError):
+                await worker.send(result)
 
     def _violation(self, worker: WorkerHandle, error: AotuiError) -> None:
         app = self._app_of(worker)

@@ -26,6 +26,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 from protocol.errors import AotuiError, ErrorCode
 from supervisor.manifest import Permission
+from supervisor.net_policy import IPAddress, address_refusal, host_allowed, normalise_host
 
 __all__ = [
     "MAX_REQUEST_BODY",
@@ -48,7 +49,6 @@ MAX_REQUEST_BODY = 1024 * 1024
 Resolver = Callable[..., Sequence[tuple[Any, ...]]]
 
 _T = TypeVar("_T")
-_IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # The broker owns the connection: these headers frame or steer it, so an app may not set them.
 _RESERVED_HEADERS = frozenset(
@@ -68,14 +68,6 @@ _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 # Only non-ASCII is escaped in a request target; what the app escaped stays as it wrote it.
 _PRINTABLE_ASCII = "".join(chr(c) for c in range(0x21, 0x7F))
-_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
-# WHATWG URL: a host whose last label is a number is an IPv4 address ("127.1", "0x7f.1"),
-# which getaddrinfo would happily resolve; it is never a name a grant could match.
-_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*")
-_CGNAT = ipaddress.ip_network("100.64.0.0/10")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-# In this order, so an error names the most telling class (0.0.0.0 and 240/4 are also private).
-_ADDRESS_CLASSES = ("unspecified", "loopback", "link_local", "multicast", "reserved", "private")
 _READ_CHUNK = 64 * 1024
 # Everything the network, ssl and http.client raise: SSLError and TimeoutError are OSErrors,
 # UnicodeError is a ValueError.
@@ -167,29 +159,6 @@ def policy_from_permissions(
     """The policy of an app from its manifest's permissions and the desktop config."""
     hosts = (p.scope for p in permissions if (p.resource, p.action) == ("net", "http"))
     return BrokerPolicy(allowed_hosts=tuple(dict.fromkeys(hosts)), allow_private=allow_private)
-
-
-def host_allowed(host: str, allowed: Sequence[str]) -> bool:
-    """Whether ``host`` matches a grant: ``example.com``, ``*.example.com`` or ``*``."""
-    try:
-        name, is_ip = _normalise_host(host)
-    except ValueError:
-        return False
-    for pattern in allowed:
-        if pattern == "*":
-            return True
-        if is_ip:
-            continue  # an address is not a name: only "*" reaches it
-        wildcard = pattern.startswith("*.")
-        try:
-            base, base_is_ip = _normalise_host(pattern[2:] if wildcard else pattern)
-        except ValueError:
-            continue
-        if base_is_ip:
-            continue
-        if name.endswith("." + base) if wildcard else name == base:
-            return True
-    return False
 
 
 def fetch(
@@ -355,7 +324,7 @@ def _check_target(url: str, policy: BrokerPolicy, resolver: Resolver, code: Erro
         # Not echoed: the user info may be a password, and this message reaches logs.
         raise AotuiError(code, "URL has user info (user:password@); send credentials in a header")
     try:
-        host, is_ip = _normalise_host(parts.hostname or "")
+        host, is_ip = normalise_host(parts.hostname or "")
     except ValueError as exc:
         raise AotuiError(code, f"URL {url!r} has no valid host: {exc}", {"url": url}) from None
     if not host_allowed(host, policy.allowed_hosts):
@@ -374,7 +343,7 @@ def _check_target(url: str, policy: BrokerPolicy, resolver: Resolver, code: Erro
             {"host": host, "port": port},
         )
     address = ipaddress.ip_address(host) if is_ip else _resolve(host, port, resolver)
-    reason = None if policy.allow_private else _address_refusal(address)
+    reason = None if policy.allow_private else address_refusal(address)
     if reason is not None:
         raise AotuiError(
             ErrorCode.E_PERMISSION,
@@ -387,31 +356,7 @@ def _check_target(url: str, policy: BrokerPolicy, resolver: Resolver, code: Erro
     return _Target(url, parts.scheme, host, port, str(address), path)
 
 
-def _normalise_host(host: str) -> tuple[str, bool]:
-    """The canonical ASCII form of a host and whether it is an IP address; ValueError if bad."""
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            return str(ipaddress.IPv6Address(host[1:-1])), True
-        except ValueError:
-            raise ValueError(f"{host!r} is not an IPv6 address") from None
-    text = host.removesuffix(".")
-    try:
-        text = text.encode("idna").decode("ascii").lower()
-    except UnicodeError as exc:
-        raise ValueError(f"{host!r} is not a host name ({exc})") from None
-    try:
-        return str(ipaddress.ip_address(text)), True
-    except ValueError:
-        pass
-    labels = text.split(".")
-    if len(text) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
-        raise ValueError(f"{host!r} is not a host name")
-    if _NUMERIC_LABEL.fullmatch(labels[-1]):
-        raise ValueError(f"{host!r} is an IP address in a non-canonical form")
-    return text, False
-
-
-def _resolve(host: str, port: int, resolver: Resolver) -> _IPAddress:
+def _resolve(host: str, port: int, resolver: Resolver) -> IPAddress:
     """Resolve once and keep the first address: the fetch connects to it and to nothing else."""
     try:
         answers = resolver(host, port, type=socket.SOCK_STREAM)
@@ -421,23 +366,6 @@ def _resolve(host: str, port: int, resolver: Resolver) -> _IPAddress:
         raise AotuiError(
             ErrorCode.E_APP_ERROR, f"cannot resolve {host}: {detail}", {"host": host}
         ) from None
-
-
-def _address_refusal(address: _IPAddress) -> str | None:
-    """Why apps may not reach ``address``, or ``None`` for a public one."""
-    if isinstance(address, ipaddress.IPv6Address):
-        # An IPv4 address inside IPv6 is where the packets really go: judge that one.
-        embedded = address.ipv4_mapped or address.sixtofour
-        if embedded is None and address in _NAT64:
-            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-        if embedded is not None:
-            return _address_refusal(embedded)
-    for name in _ADDRESS_CLASSES:
-        if getattr(address, f"is_{name}"):
-            return name.replace("_", "-")
-    if address in _CGNAT:
-        return "shared (CGNAT)"
-    return None if address.is_global else "non-global"
 
 
 def _exchange(

@@ -45,6 +45,8 @@ class WorkerHandle:
         self.on_message = on_message
         self.on_violation = on_violation
         self.pid: int | None = None
+        #: Brokered HTTP requests being performed for this worker.
+        self.http_in_flight = 0
         #: Monotonic time of the last heartbeat answer.
         self.last_pong = time.monotonic()
         #: Confinement layers the worker reported in its ``Hello``.

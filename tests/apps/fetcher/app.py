@@ -1,0 +1,30 @@
+"""Fetches a URL through the brokered HTTP call, and tries to reach the network directly."""
+
+import socket
+
+from sandbox.sdk import App, OperationCall, View, operation
+
+
+class FetchView(View):
+    def render(self) -> str:
+        return """<section view="Fetcher">
+<button operation="get" args='{"url": "string"}'>Get</button>
+<button operation="direct" args='{"port": "integer"}'>Connect directly</button></section>"""
+
+    @operation("get")
+    def get(self, call: OperationCall) -> object:
+        reply = self.app.http("GET", str(call.args["url"]))  # type: ignore[union-attr]
+        return {"status": reply.status, "body": reply.text()}
+
+    @operation("direct")
+    def direct(self, call: OperationCall) -> None:
+        with socket.create_connection(("127.0.0.1", int(call.args["port"])), timeout=1):
+            pass
+
+
+class FetcherApp(App):
+    def roots(self) -> list[View]:
+        return [FetchView("fetch")]
+
+
+app = FetcherApp()

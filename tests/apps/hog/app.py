@@ -1,0 +1,29 @@
+"""Allocates memory until stopped (runaway-memory tests and benchmark)."""
+
+import time
+
+from sandbox.sdk import App, OperationCall, View, operation
+
+
+class HogView(View):
+    def render(self) -> str:
+        return """<section view="Hog"><p>Hungry.</p>
+<button operation="eat" args='{"mb_per_step": "integer", "steps": "integer"}'>Eat</button>
+</section>"""
+
+    @operation("eat")
+    def eat(self, call: OperationCall) -> None:
+        hoard = []
+        for _ in range(int(call.args["steps"])):
+            chunk = bytearray(int(call.args["mb_per_step"]) * 1024 * 1024)
+            chunk[::4096] = b"x" * len(chunk[::4096])  # touch every page so it is resident
+            hoard.append(chunk)
+            time.sleep(0.005)
+
+
+class HogApp(App):
+    def roots(self) -> list[View]:
+        return [HogView("hog")]
+
+
+app = HogApp()

@@ -1,0 +1,24 @@
+"""Answers nothing once asked to freeze: its loop blocks forever (heartbeat tests)."""
+
+import time
+
+from sandbox.sdk import App, OperationCall, View, operation
+
+
+class MuteView(View):
+    def render(self) -> str:
+        return """<section view="Mute"><p>Talkative, for now.</p>
+<button operation="freeze">Freeze</button></section>"""
+
+    @operation("freeze")
+    def freeze(self, call: OperationCall) -> None:
+        while True:
+            time.sleep(1)
+
+
+class MuteApp(App):
+    def roots(self) -> list[View]:
+        return [MuteView("mute")]
+
+
+app = MuteApp()
