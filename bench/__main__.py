@@ -8,7 +8,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
-MODULES = ["bench_parse", "bench_codec", "bench_render", "bench_desktop"]
+MODULES = [
+    "bench_parse",
+    "bench_codec",
+    "bench_render",
+    "bench_desktop",
+    "bench_sandbox",
+]
 
 
 def main() -> int:

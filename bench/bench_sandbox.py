@@ -5,6 +5,7 @@ Run: ``.venv/bin/python bench/bench_sandbox.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -204,10 +205,8 @@ def bench_circus(runs: int = 10, check_delay: float = 1.0) -> dict[str, float]:
         except subprocess.TimeoutExpired:
             circusd.kill()
         for pid in pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         shutil.rmtree(tmp, ignore_errors=True)
     p50 = _pct(samples, 0.5)
     print(

@@ -320,6 +320,8 @@ class Exited(Message):
     pid: int
     exit_code: int | None
     signal: int | None
+    #: What the zygote knows beyond the status: ``memory limit`` after a cgroup OOM kill.
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if (self.exit_code is None) == (self.signal is None):

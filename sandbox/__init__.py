@@ -5,7 +5,10 @@
 - :mod:`sandbox.sdk` — what app authors import: ``App``, ``View``, ``operation``, ``OperationCall``.
 - :mod:`sandbox.worker` — the worker process's loop (one per running app).
 - :mod:`sandbox.zygote` — the pre-loaded process that forks workers.
-- :mod:`sandbox.confine` — confinement applied before the app's first line.
+- :mod:`sandbox.confine` — confinement applied before the app's first line, layer by layer:
+  ``policy`` (what the supervisor grants), ``cgroups``, ``namespaces``, ``rlimits``, ``landlock``,
+  ``seccomp``, on ``linux`` (the ctypes calls); ``probe`` says which layers a machine allows
+  (``python -m sandbox.probe``). See ``docs/sandbox.md``.
 """
 
 from sandbox.render import RenderedView, ViewLink, render_view

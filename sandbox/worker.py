@@ -342,7 +342,11 @@ def run_worker(
     created and passed down: ZeroMQ binds on it (``ZMQ_USE_FD``) and the supervisor connects, so
     a confined worker never needs to ``connect()`` anywhere. Without it (tests), it connects.
     """
-    layers = confine(policy or {})
+    refusal = ""
+    try:
+        layers = confine(policy or {})
+    except Exception as exc:  # fail closed: never run an app after a partial confinement
+        layers, refusal = (), f"the sandbox refused to start the app: {exc}"
     context = zmq.Context(1)
     sock = context.socket(zmq.PAIR)
     sock.setsockopt(zmq.LINGER, 2000)
@@ -358,6 +362,14 @@ def run_worker(
         start = codec.decode(sock.recv())
         if not isinstance(start, Start):
             return 3
+        if refusal:
+            sock.send(codec.encode(LogRecord(level="error", message=refusal)))
+            sock.send(
+                codec.encode(
+                    ErrorReply(request_id=0, code=ErrorCode.E_PERMISSION.value, message=refusal)
+                )
+            )
+            return 1
         try:
             app = load_app(app_dir, entry, app_id)
             loop = WorkerLoop(app, sock, wake_r)

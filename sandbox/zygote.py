@@ -17,6 +17,7 @@ every worker dies with the zygote (its own ``PR_SET_PDEATHSIG``), so nothing out
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import select
 import signal
@@ -31,7 +32,61 @@ import zmq  # noqa: F401
 from protocol.errors import AotuiError
 from protocol.messages import Exited, Launch, Launched, Message
 from protocol.stream import FrameReader, write_frame
-from sandbox import render, sdk, worker  # noqa: F401
+from sandbox import cgroups, render, sdk, worker  # noqa: F401
+
+#: Standard-library modules apps commonly use, imported once here and shared copy-on-write by every
+#: worker. Beyond speed, this matters when Python lives under a directory a per-app uid cannot
+#: read (``aotui doctor`` warns about it): a worker can still use what the zygote loaded.
+PRELOAD = [
+    "base64",
+    "bisect",
+    "calendar",
+    "collections",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "functools",
+    "glob",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html",
+    "html.parser",
+    "io",
+    "itertools",
+    "json",
+    "math",
+    "operator",
+    "pathlib",
+    "pprint",
+    "random",
+    "re",
+    "secrets",
+    "shutil",
+    "statistics",
+    "string",
+    "struct",
+    "textwrap",
+    "threading",
+    "time",
+    "typing",
+    "unicodedata",
+    "urllib.parse",
+    "uuid",
+    "zlib",
+]
+
+
+def _preload() -> None:
+    for name in PRELOAD:
+        importlib.import_module(name)
+
 
 __all__ = ["main", "set_parent_death_signal"]
 
@@ -49,9 +104,7 @@ def set_parent_death_signal(signum: int = signal.SIGKILL) -> None:
 CHANNEL_FD = 3
 
 
-def read_frames(
-    sock: socket.socket, reader: FrameReader, fds: list[int]
-) -> list[Message] | None:
+def read_frames(sock: socket.socket, reader: FrameReader, fds: list[int]) -> list[Message] | None:
     """Read what is available, queueing passed descriptors on ``fds``; ``None`` at end of stream."""
     data, received, _flags, _addr = socket.recv_fds(sock, 65536, 8)
     fds.extend(received)
@@ -97,8 +150,8 @@ def _fork_worker(launch: Launch, zygote_pid: int, channel_fd: int) -> int:
     return pid
 
 
-def _reap(sock: socket.socket) -> None:
-    """Collect every ended child and report it."""
+def _reap(sock: socket.socket, apps: dict[int, str]) -> None:
+    """Collect every ended child, clean its cgroups, and report it."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -106,16 +159,22 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
+        app = apps.pop(pid, "")
+        reason = "memory limit" if app and cgroups.oom_killed(app, pid) else ""
+        if app:
+            for failure in cgroups.remove_cgroups(app, pid):
+                print(f"zygote: cannot remove cgroup {failure}", file=sys.stderr)
         if os.WIFSIGNALED(status):
-            message = Exited(pid=pid, exit_code=None, signal=os.WTERMSIG(status))
+            message = Exited(pid=pid, exit_code=None, signal=os.WTERMSIG(status), reason=reason)
         else:
-            message = Exited(pid=pid, exit_code=os.WEXITSTATUS(status), signal=None)
+            message = Exited(pid=pid, exit_code=os.WEXITSTATUS(status), signal=None, reason=reason)
         write_frame(sock, message)
 
 
 def main(argv: list[str]) -> int:
     """Serve launch requests on the inherited socket until the supervisor goes away."""
     fd, parent_pid = int(argv[0]), int(argv[1])
+    _preload()
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent_pid:
         return 1
@@ -128,6 +187,8 @@ def main(argv: list[str]) -> int:
     zygote_pid = os.getpid()
     reader = FrameReader()
     passed_fds: list[int] = []
+    apps: dict[int, str] = {}  # worker pid → app id, to find its cgroups when it ends
+    cgroups.sweep_cgroups()  # what a zygote killed with its desktop could not remove
     while True:
         try:
             ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
@@ -135,7 +196,7 @@ def main(argv: list[str]) -> int:
             continue
         if wake_r in ready:
             os.read(wake_r, 4096)
-            _reap(sock)
+            _reap(sock, apps)
         if sock.fileno() in ready:
             try:
                 messages = read_frames(sock, reader, passed_fds)
@@ -156,6 +217,7 @@ def main(argv: list[str]) -> int:
                     except OSError as exc:
                         write_frame(sock, Launched(token=message.token, pid=0, error=str(exc)))
                     else:
+                        apps[pid] = message.app
                         write_frame(sock, Launched(token=message.token, pid=pid))
                     finally:
                         os.close(channel_fd)

@@ -119,6 +119,7 @@ class AppRunner:
             desktop = zlib.crc32(self.config.desktop.encode()) % 1000
             uid = _UID_BASE + desktop * 1000 + int(app.app_id.removeprefix("app_"))
         return {
+            "app": app.app_id,
             "app_dir": str(app.manifest.app_dir),
             "fs_read": [p.scope for p in grants if p.resource == "fs" and p.action == "read"],
             "fs_write": [p.scope for p in grants if p.resource == "fs" and p.action == "write"],
@@ -292,7 +293,9 @@ class AppRunner:
         self.watchdog.forget(exited.pid)
         if app is None:
             return
-        app.last_exit = app.kill_reason or describe_exit(exited.exit_code, exited.signal)
+        app.last_exit = (
+            app.kill_reason or exited.reason or describe_exit(exited.exit_code, exited.signal)
+        )
         worker = app.worker
         if worker is not None:
             worker.fail_pending(
@@ -304,7 +307,7 @@ class AppRunner:
             )
         if app.status in (AppStatus.STOPPING, AppStatus.STARTING) or self.closing:
             return
-        abnormal = bool(app.kill_reason) or exited.signal is not None or exited.exit_code != 0
+        abnormal = bool(app.kill_reason or exited.reason) or exited.exit_code != 0
         asyncio.get_running_loop().create_task(self._ended(app, abnormal))
 
     async def _ended(self, app: AppRecord, abnormal: bool) -> None:

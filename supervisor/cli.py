@@ -214,6 +214,49 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return watch(client, args.max_updates, args.json)
 
 
+def format_doctor(report: dict[str, Any]) -> str:
+    """The doctor's table: every layer for this user and for an unprivileged one."""
+    lines = [
+        f"kernel {report['kernel']} ({report['machine']}), Python {report['python']}, "
+        f"Landlock ABI {report['landlock_abi']}, running as euid {report['euid']}",
+    ]
+    for title, key in (("this user", "this_user"), ("an unprivileged user", "unprivileged_user")):
+        section = report.get(key)
+        if not section:
+            continue
+        lines += ["", f"Layers for {title} ({section['mode']}):"]
+        for layer, info in section["layers"].items():
+            mark = "yes" if info["available"] else "NO "
+            cost = section.get("cost_ms", {}).get(layer)
+            extra = f"  {cost:.2f} ms" if isinstance(cost, int | float) else ""
+            lines.append(f"  {mark} {layer:<16}{extra}  {info['reason']}".rstrip())
+        ready = (
+            "yes"
+            if section.get("strict_ready")
+            else ("NO (missing: " + ", ".join(section.get("missing_for_strict", [])) + ")")
+        )
+        lines.append(f"  strict mode can run apps: {ready}")
+        if section.get("warning"):
+            lines.append(f"  warning: {section['warning']}")
+    return "\n".join(lines)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Which confinement layers this machine and user can apply (no desktop needed)."""
+    probe = subprocess.run(
+        [sys.executable, "-m", "sandbox.probe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise AotuiError(ErrorCode.E_INTERNAL, f"the sandbox probe failed: {probe.stderr.strip()}")
+    report = json.loads(probe.stdout)
+    _emit(args, report, format_doctor(report))
+    return 0 if report["this_user"].get("strict_ready") else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """A scripted agent session on the bundled apps."""
     from supervisor.demo import run_demo
@@ -232,6 +275,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "say": (cmd_say, "post a user message into the chat app"),
     "watch": (cmd_watch, "live snapshot, signals and log"),
     "demo": (cmd_demo, "a scripted agent session on the bundled apps"),
+    "doctor": (cmd_doctor, "which sandbox layers this machine and user can apply"),
 }
 
 

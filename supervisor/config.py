@@ -30,6 +30,7 @@ class Limits:
     cpu_percent: int = 50
     pids: int = 32
     open_files: int = 256
+    file_size_mb: int = 256
 
 
 @dataclass(frozen=True)

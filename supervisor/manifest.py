@@ -34,7 +34,7 @@ _FIELDS = {
     "limits",
     "restart",
 }
-_LIMITS = {"memory_mb", "cpu_percent", "pids", "open_files"}
+_LIMITS = {"memory_mb", "cpu_percent", "pids", "open_files", "file_size_mb"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,155 @@
+"""Which confinement layers this machine and user can apply, for ``aotui doctor``.
+
+:func:`probe` forks a child that confines itself exactly as a worker would (with a throwaway
+policy) and reports each layer as available or not, with the kernel's reason. As root it also
+forks one that first drops to ``nobody``, to show what an unprivileged user of this machine gets,
+and checks that a per-app uid can read the interpreter's trees (a Python installed under a 0700
+home directory cannot be read once a worker has dropped its uid). ``python -m sandbox.probe``
+prints the result as JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import select
+import signal
+import sys
+import time
+from typing import Any
+
+from sandbox import cgroups, landlock
+from sandbox.confine import apply_layers, required_layers
+from sandbox.linux import prctl
+from sandbox.policy import Policy
+
+__all__ = ["LAYERS", "probe"]
+
+#: Every layer a worker can report, in the order they are applied.
+LAYERS = (
+    "fd-close", "minimal-env", "no-core-dumps", "cgroup", "userns", "netns", "ipcns", "uid-drop",
+    "no-caps", "rlimits", "pdeathsig", "no-new-privs", "landlock", "landlock-scope", "seccomp",
+)  # fmt: skip
+
+#: The uid a root probe drops to, standing in for a per-app uid.
+PROBE_UID = 65534
+_TIMEOUT_S = 5.0
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+
+
+def _in_child(drop_to: int | None) -> dict[str, Any]:
+    """Runs in the forked child: confine as a worker would and say what held."""
+    if drop_to is not None:
+        os.setgroups([])
+        os.setresgid(drop_to, drop_to, drop_to)
+        os.setresuid(drop_to, drop_to, drop_to)
+        # A logged-in user's processes are dumpable; the uid change just made this one not.
+        prctl(_PR_SET_DUMPABLE, 1)
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # as the zygote's child does
+    root = os.geteuid() == 0
+    policy = Policy(app="aotui-probe", uid=PROBE_UID if root else None, gid=PROBE_UID)
+    trees = [path for path in policy.runtime_read if os.path.isdir(path)]
+    report = apply_layers(policy)
+    unreadable = []
+    if root and "uid-drop" in report.active:  # now as the stand-in per-app uid
+        unreadable = [path for path in trees if not os.access(path, os.R_OK | os.X_OK)]
+    return {
+        "root": root,
+        "active": report.active,
+        "failed": report.failed,
+        "timings_ms": {name: round(s * 1000, 3) for name, s in report.timings.items()},
+        "unreadable_runtime": unreadable,
+    }
+
+
+def _child_main(drop_to: int | None, write_end: int) -> None:
+    """The forked child: answer on the pipe, whatever happens, and never return."""
+    try:
+        # As the zygote's child does: only 0-3 open.
+        os.dup2(write_end, 3)
+        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        result = _in_child(drop_to)
+    except BaseException as exc:
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        os.write(3, json.dumps(result).encode())
+    finally:
+        os._exit(0)
+
+
+def _run(drop_to: int | None) -> dict[str, Any]:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _child_main(drop_to, write_end)
+    os.close(write_end)
+    data = b""
+    deadline = time.monotonic() + _TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([read_end], [], [], deadline - time.monotonic())
+            chunk = os.read(read_end, 65536) if ready else b""
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(read_end)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        cgroups.remove_cgroups("aotui-probe", pid)
+    if not data:
+        return {"error": "the probe child did not answer"}
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def _summary(result: dict[str, Any]) -> dict[str, Any]:
+    if "error" in result:
+        return result
+    root = bool(result["root"])
+    layers = {
+        name: {"available": name in result["active"], "reason": result["failed"].get(name, "")}
+        for name in LAYERS
+        if name in result["active"] or name in result["failed"]
+    }
+    missing = sorted(required_layers(root) - set(result["active"]))
+    summary = {
+        "mode": "root" if root else "unprivileged",
+        "layers": layers,
+        "strict_ready": not missing,
+        "missing_for_strict": missing,
+        "cost_ms": result["timings_ms"],
+    }
+    if result["unreadable_runtime"]:
+        summary["warning"] = (
+            "the worker's uid cannot read "
+            + ", ".join(result["unreadable_runtime"])
+            + ": apps importing a module the zygote did not load will fail"
+        )
+    return summary
+
+
+def probe() -> dict[str, Any]:
+    """Try every layer in a forked child; returns availability and reasons per layer."""
+    start = time.perf_counter()
+    report: dict[str, Any] = {
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "euid": os.geteuid(),
+        "landlock_abi": landlock.abi_version(),
+        "this_user": _summary(_run(None)),
+    }
+    if os.geteuid() == 0:
+        report["unprivileged_user"] = _summary(_run(PROBE_UID))
+    report["probe_ms"] = round((time.perf_counter() - start) * 1000, 1)
+    return report
+
+
+if __name__ == "__main__":
+    json.dump(probe(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
