@@ -6,6 +6,7 @@ Run: ``.venv/bin/python bench/bench_desktop.py`` (or ``make bench`` for every be
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ class Desktop:
         lines = ["apps = " + json.dumps([str(a) for a in apps])]
         lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
         config.write_text("\n".join(lines) + "\n")
+        env = {**os.environ, "AOTUI_HOME": str(self.tmp / "home")}
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -56,6 +58,7 @@ class Desktop:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=env,
         )
         self.client = Client("bench", str(self.tmp / "run"), timeout_s=60)
         deadline = time.monotonic() + 30

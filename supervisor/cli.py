@@ -20,7 +20,8 @@ from typing import Any
 from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
 from supervisor.client import Client, DesktopUnavailable
 from supervisor.config import load_config
-from supervisor.paths import DesktopPaths
+from supervisor.paths import DesktopPaths, data_home, store_path
+from supervisor.store import DesktopStore, aside, describe_store, repair
 
 __all__ = ["main"]
 
@@ -67,6 +68,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             ErrorCode.E_INVALID_CMD,
             f"desktop {config.desktop!r} is already running (pid {running['pid']})",
         )
+    if args.fresh:
+        stored = store_path(config.desktop)
+        if stored.exists():
+            kept = aside(stored)
+            print(f"kept the old store of {config.desktop!r} as {kept}", file=sys.stderr)
+    if config.durability != "off":
+        DesktopStore(store_path(config.desktop)).close()  # a damaged store fails here, clearly
     if args.detach:
         paths.create()
         command = [sys.executable, "-m", "supervisor", "up", "--desktop", config.desktop]
@@ -98,6 +106,42 @@ def cmd_up(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print(f"desktop {config.desktop!r} serving at {paths.root} (pid {os.getpid()})", flush=True)
     asyncio.run(Supervisor(config, paths).serve())
+    return 0
+
+
+def cmd_desktops(args: argparse.Namespace) -> int:
+    """The stored desktops: created, last used, size, running or not; ``--repair NAME``."""
+    if args.repair:
+        result = repair(store_path(args.repair))
+        text = (
+            f"repaired {result['path']}: salvaged {result['salvaged_apps']} app(s); "
+            f"the damaged file is kept as {result['kept']} ({result['detail']})"
+            if result["repaired"]
+            else f"{result['path']}: {result['detail']}; nothing to repair"
+        )
+        _emit(args, result, text)
+        return 0
+    folder = data_home() / "desktops"
+    rows = [describe_store(path) for path in sorted(folder.glob("*.db"))]
+    for row in rows:
+        with Client(row["desktop"], args.socket) as probe:
+            try:
+                row["running_pid"] = probe.ping(timeout_s=0.5)["pid"]
+            except AotuiError:
+                row["running_pid"] = None
+    lines = [f"desktops in {folder}:"] if rows else [f"no desktops in {folder} yet"]
+    for row in rows:
+        when = [
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(row[k])) if row[k] else "?"
+            for k in ("created", "last_used")
+        ]
+        state = f"running (pid {row['running_pid']})" if row["running_pid"] else "stopped"
+        health = "" if row["healthy"] else f"  DAMAGED: {row['problem']} (see --repair)"
+        lines.append(
+            f"  {row['desktop']:<16} created {when[0]}  last used {when[1]}  "
+            f"{row['size_bytes'] / 1024:.0f} KB  {row['apps'] or 0} apps  {state}{health}"
+        )
+    _emit(args, rows, "\n".join(lines))
     return 0
 
 
@@ -270,6 +314,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "install": (cmd_install, "install an app directory (prints app_N)"),
     "uninstall": (cmd_uninstall, "stop and remove an app"),
     "status": (cmd_status, "supervisor and app status table"),
+    "desktops": (cmd_desktops, "stored desktops (created, last used, size); --repair NAME"),
     "snapshot": (cmd_snapshot, "print the Markdown desktop the agent reads"),
     "exec": (cmd_exec, "run <context> commands (argument or stdin)"),
     "say": (cmd_say, "post a user message into the chat app"),
@@ -300,6 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     }
     parsers["up"].add_argument("--config", help="desktop TOML config (see configs/desktop.toml)")
     parsers["up"].add_argument("--detach", action="store_true", help="run in the background")
+    parsers["up"].add_argument(
+        "--fresh",
+        action="store_true",
+        help="start empty, keeping the old store beside the new one (<name>.db.corrupt-<time>)",
+    )
+    parsers["desktops"].add_argument(
+        "--repair", metavar="NAME", help="salvage a damaged store, keeping the damaged file"
+    )
     parsers["install"].add_argument("app_dir", help="directory holding aoapp.json")
     parsers["uninstall"].add_argument("app", help="app_N or manifest id")
     parsers["snapshot"].add_argument("--plain", action="store_true", help="only the Markdown")

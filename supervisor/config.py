@@ -83,6 +83,11 @@ class DesktopConfig:
     restart_period_s: float = 60.0
     #: First back-off between restarts inside the period (doubles, up to 5 s).
     restart_backoff_s: float = 0.1
+    #: ``ack``: an execute is acknowledged only after its effect is durably committed (fsync);
+    #: ``batch``: acknowledged at once, committed every ``durability_batch_ms`` (a crash may lose
+    #: at most that much); ``off``: nothing is stored, a crashed desktop starts empty.
+    durability: str = "ack"
+    durability_batch_ms: int = 50
 
     def restart_policy(self, manifest_restart: Mapping[str, Any] | None = None) -> RestartPolicy:
         """The restart policy of an app: the config's, overridden by its manifest's."""
@@ -152,4 +157,9 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConf
             values[key] = float(value) if isinstance(default, float) else value
     config = DesktopConfig(**values)
     config.restart_policy()  # refuse a bad restart_mode now, not at the first crash
+    if config.durability not in ("ack", "batch", "off"):
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"config key 'durability' must be ack, batch or off, got {config.durability!r}",
+        )
     return config

@@ -8,12 +8,14 @@ writes ``<context>`` commands. Every process it starts is stopped before it retu
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from protocol.errors import AotuiError, ErrorCode
@@ -123,8 +125,14 @@ def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _
             "--socket",
             runtime,
         ]
+        # A private store too: the demo never touches your desktops.
+        env = {**os.environ, "AOTUI_HOME": str(Path(runtime) / "home")}
         supervisor = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
         )
         client = Client("demo", runtime, timeout_s=20)
         try:

@@ -9,7 +9,7 @@ signals).
 from __future__ import annotations
 
 import asyncio
-import itertools
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,12 +33,13 @@ from supervisor.app_record import AppRecord, AppStatus
 from supervisor.app_runner import AppRunner
 from supervisor.config import DesktopConfig
 from supervisor.manifest import load_manifest
-from supervisor.paths import DesktopPaths
+from supervisor.paths import DesktopPaths, store_path
 from supervisor.registry import SnapshotRegistry
 from supervisor.snapshot import RefTable, Snapshot, build_snapshot
+from supervisor.state import AppEntry, DesktopState
+from supervisor.store import DesktopStore
 
 __all__ = ["Desktop"]
-
 
 
 class Desktop:
@@ -59,32 +60,156 @@ class Desktop:
         self.created = time.time()
         self.apps: list[AppRecord] = []
         self.system_log: deque[tuple[float, str]] = deque(maxlen=config.log_entries)
+        self.store: DesktopStore | None = None
+        if config.durability != "off":
+            synchronous = "FULL" if config.durability == "ack" else "NORMAL"
+            self.store = DesktopStore(store_path(config.desktop), synchronous)
+        first_id = self.store.reserve_snapshot_ids() if self.store else 1
         self.registry: SnapshotRegistry[RefTable] = SnapshotRegistry(
-            config.snapshot_ttl_s, config.snapshot_max_entries
+            config.snapshot_ttl_s, config.snapshot_max_entries, first_id=first_id
         )
+        self._dirty: set[str] = set()
+        self._flusher: asyncio.Task[None] | None = None
         self.runner = AppRunner(config, paths, context, lambda: self.apps, self.log, on_change)
         # app_N ids follow install order and are never reused while the desktop lives.
-        self._app_numbers = itertools.count()
+        self.next_app = 0
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the zygote, install the configured apps and open the system apps."""
+        """Start the zygote; restore the stored desktop or create it; open what was open."""
         self.runner.start()
+        saved = self.store.load() if self.store else None
+        to_open: list[tuple[AppRecord, str]] = []
+        if saved is not None:
+            to_open = self.restore(saved)
+        installed = {app.manifest.id for app in self.apps}
         for entry in self.config.apps:
+            directory = self.config.resolve_app_dir(entry)
             try:
-                self.install(self.config.resolve_app_dir(entry))
+                if load_manifest(directory).id in installed:
+                    continue  # restored with its data
+                record = self.install(directory)
             except AotuiError as exc:
                 self.log(f"Could not install {entry}: {exc.message}")
-        self.log("Desktop initialized.")
-        await asyncio.gather(
-            *(self.open_app(app) for app in self.apps if app.manifest.system),
-            return_exceptions=True,
-        )
+                continue
+            if record.manifest.system:
+                to_open.append((record, "running"))
+        self.log("Desktop restored." if saved else "Desktop initialized.")
+        await asyncio.gather(*(self._reopen(app, status) for app, status in to_open))
+        if self.store is not None:
+            await asyncio.to_thread(self.store.save_desktop, self.serialize())
+            if self.config.durability == "batch":
+                self._flusher = asyncio.get_running_loop().create_task(self._flush_batches())
+
+    async def _reopen(self, app: AppRecord, status: str) -> None:
+        try:
+            await self.open_app(app)
+            if status == "collapsed":
+                app.transition(AppStatus.COLLAPSED)
+        except AotuiError as exc:
+            self.log(f"Could not open {app.name} again: {exc.message}")
 
     async def stop(self) -> None:
-        """Stop every worker and the zygote; leaves no process behind."""
+        """Stop every worker and the zygote (leaves no process behind); flush the store."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        if self.store is not None:
+            await asyncio.to_thread(self.store.save_desktop, self.serialize())
         await self.runner.stop()
+        if self.store is not None:
+            self.store.close()
+
+    # --- serialize / restore / persist ----------------------------------------------------------
+
+    def serialize(self) -> DesktopState:
+        """The desktop as a :class:`DesktopState` (seed 000 §9)."""
+        return DesktopState(
+            self.desktop_id,
+            self.created,
+            time.time(),
+            self.next_app,
+            [self._entry(app) for app in self.apps],
+        )
+
+    def _entry(self, app: AppRecord) -> AppEntry:
+        status = {
+            AppStatus.RUNNING: "running",
+            AppStatus.STARTING: "running",
+            AppStatus.RESTARTING: "running",
+            AppStatus.COLLAPSED: "collapsed",
+            AppStatus.FAILED: "failed",
+        }.get(app.status, "not running")
+        mounted = app.views.mounted_keys() if app.is_live else list(app.restore_views)
+        return AppEntry(
+            app=app.app_id,
+            manifest_id=app.manifest.id,
+            app_dir=str(app.manifest.app_dir),
+            status=status,
+            mounted=mounted,
+            hidden=sorted(app.views.hidden),
+            view_ids=dict(app.views.ids),
+            data=app.saved_state,
+            restarts=app.restarts,
+            last_exit=app.last_exit,
+        )
+
+    def restore(self, state: DesktopState) -> list[tuple[AppRecord, str]]:
+        """Rebuild the apps of a saved desktop (same ``app_N``, view ids and data).
+
+        Returns the apps to open again with the status they had. An app whose directory or
+        manifest is gone stays out, and the System Logs say why; its ``app_N`` is not reused.
+        """
+        self.created = state.created
+        self.next_app = max(self.next_app, state.next_app)
+        reopen: list[tuple[AppRecord, str]] = []
+        for entry in state.apps:
+            try:
+                manifest = load_manifest(entry.app_dir)
+            except AotuiError as exc:
+                self.log(f"Could not restore {entry.app} ({entry.manifest_id}): {exc.message}")
+                continue
+            if manifest.id != entry.manifest_id:
+                self.log(f"Could not restore {entry.app}: {entry.app_dir} now holds {manifest.id}")
+                continue
+            record = AppRecord(
+                entry.app, manifest, self.config.log_entries, on_transition=self._moved
+            )
+            record.restart_tracker.policy = self.config.restart_policy(manifest.restart)
+            record.views.restore_ids(entry.view_ids)
+            record.views.hidden = set(entry.hidden)
+            record.saved_state = entry.data
+            record.restore_views = list(entry.mounted)
+            record.restarts, record.last_exit = entry.restarts, entry.last_exit
+            self.apps.append(record)
+            if entry.status in ("running", "collapsed") or manifest.system:
+                reopen.append((record, entry.status))
+        return reopen
+
+    async def persist(self, *apps: AppRecord) -> None:
+        """Store ``apps`` (and the desktop); in ``ack`` mode, returns once it is durable."""
+        if self.store is None:
+            return
+        if self.config.durability == "batch":
+            self._dirty.update(app.app_id for app in apps)
+            return
+        entries = [self._entry(app) for app in apps]
+        await asyncio.to_thread(self.store.save_apps, self.serialize(), entries)
+
+    async def _flush_batches(self) -> None:
+        assert self.store is not None
+        while True:
+            await asyncio.sleep(self.config.durability_batch_ms / 1000)
+            if not self._dirty:
+                continue
+            dirty, self._dirty = self._dirty, set()
+            entries = [self._entry(app) for app in self.apps if app.app_id in dirty]
+            try:
+                await asyncio.to_thread(self.store.save_apps, self.serialize(), entries)
+            except (OSError, sqlite3.Error) as exc:
+                self._dirty |= dirty
+                self.log(f"Could not write the desktop store: {exc}")
 
     def log(self, text: str) -> None:
         """Add a line to System Logs."""
@@ -103,11 +228,12 @@ class Desktop:
                     {"app": app.app_id},
                 )
         record = AppRecord(
-            f"app_{next(self._app_numbers)}",
+            f"app_{self.next_app}",
             manifest,
             self.config.log_entries,
             on_transition=self._moved,
         )
+        self.next_app += 1
         record.restart_tracker.policy = self.config.restart_policy(manifest.restart)
         self.apps.append(record)
         self.log(f"Installed {manifest.name} ({manifest.id}) as {record.app_id}.")
@@ -120,6 +246,8 @@ class Desktop:
             raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is a system app")
         await self.close_app(app)
         self.apps.remove(app)
+        if self.store is not None:
+            await asyncio.to_thread(self.store.delete_app, app.app_id)
         self.log(f"Uninstalled {app.name} ({app.manifest.id}).")
         return app
 
@@ -184,6 +312,7 @@ class Desktop:
             app.transition(AppStatus.RUNNING)
         else:
             await self._view_command(app, action, command.target)
+        await self.persist(app)
         return None
 
     async def _view_command(self, app: AppRecord, action: Action, view_id: str) -> None:
@@ -242,6 +371,7 @@ class Desktop:
         if reply.state is not None:
             app.saved_state = reply.state
         app.log_operation(f"execute {command.target}: ok")
+        await self.persist(app)  # the ack waits for this (durability "ack")
         return reply.result
 
 

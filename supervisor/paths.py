@@ -17,7 +17,7 @@ from pathlib import Path
 
 from protocol.errors import AotuiError, ErrorCode
 
-__all__ = ["DesktopPaths", "base_dir", "secure_dir"]
+__all__ = ["DesktopPaths", "app_log_dir", "base_dir", "data_home", "secure_dir", "store_path"]
 
 _DESKTOP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -51,6 +51,26 @@ def base_dir(override: str | None = None) -> Path:
     if xdg:
         return Path(xdg) / "aotui"
     return Path(f"/tmp/aotui-{os.getuid()}")
+
+
+def data_home() -> Path:
+    """Where desktops are stored: ``AOTUI_HOME``, else ``$XDG_DATA_HOME/aotui``, else
+    ``~/.local/share/aotui``."""
+    chosen = os.environ.get("AOTUI_HOME")
+    if chosen:
+        return Path(chosen)
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return Path(xdg) / "aotui" if xdg else Path.home() / ".local" / "share" / "aotui"
+
+
+def store_path(desktop: str) -> Path:
+    """The SQLite file of a named desktop."""
+    return data_home() / "desktops" / f"{desktop}.db"
+
+
+def app_log_dir(desktop: str) -> Path:
+    """Where a desktop's per-app stdout/stderr logs rotate."""
+    return data_home() / "logs" / desktop
 
 
 @dataclass(frozen=True)

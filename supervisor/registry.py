@@ -34,13 +34,17 @@ class SnapshotRegistry(Generic[RefTable]):
     """Snapshot id → ref table, with refcounts, a hard TTL and a size bound."""
 
     def __init__(
-        self, ttl_s: float = 600.0, max_entries: int = 256, clock: Clock = time.monotonic
+        self,
+        ttl_s: float = 600.0,
+        max_entries: int = 256,
+        clock: Clock = time.monotonic,
+        first_id: int = 1,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self.clock = clock
         self._entries: OrderedDict[str, _Entry[RefTable]] = OrderedDict()
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)
         self.latest: str | None = None
 
     def __len__(self) -> int:

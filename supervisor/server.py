@@ -295,6 +295,7 @@ class Supervisor:
     async def install(self, params: dict[str, Any]) -> dict[str, Any]:
         """Install the app directory at ``path``."""
         app = self.desktop.install(_text(params, "path"))
+        await self.desktop.persist(app)
         self.changed("dom_mutation")
         return {"app": app.app_id, "id": app.manifest.id, "name": app.name}
 
@@ -318,6 +319,7 @@ class Supervisor:
         )
         if isinstance(reply, Ack) and reply.state is not None:
             app.saved_state = reply.state
+            await self.desktop.persist(app)
         return reply.result if isinstance(reply, Ack) else None
 
     async def shutdown(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,11 @@ class ViewTree:
         self.hidden: set[str] = set()
         self.revision = 0
 
+    def restore_ids(self, ids: dict[str, str]) -> None:
+        """Take back the ids handed out before a restore (``key → view_N``)."""
+        self.ids = dict(ids)
+        self.keys = {view_id: key for key, view_id in ids.items()}
+
     def apply(self, update: FragmentUpdate) -> None:
         """Take a worker's update: cache fragments, assign new ids, resolve links."""
         for key in update.removed:

@@ -76,6 +76,14 @@ def write_config(path: Path, apps: list[str], **settings: object) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test stores desktops under its own AOTUI_HOME, never the user's."""
+    home = tmp_path / "aotui-home"
+    monkeypatch.setenv("AOTUI_HOME", str(home))
+    return home
+
+
 @pytest.fixture
 def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
     """Start desktops with the given apps; stops them and checks nothing is left behind."""
