@@ -113,8 +113,8 @@ def read_frames(sock: socket.socket, reader: FrameReader, fds: list[int]) -> lis
     return reader.feed(data)
 
 
-def _child(launch: Launch, zygote_pid: int, channel_fd: int) -> int:
-    """Runs in the forked child: detach, keep only the channel, become the worker."""
+def _child(launch: Launch, zygote_pid: int, channel_fd: int, log_fd: int) -> int:
+    """Runs in the forked child: detach, keep only the channel and the log, become the worker."""
     os.setsid()
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != zygote_pid:  # the zygote died between fork and prctl
@@ -122,6 +122,9 @@ def _child(launch: Launch, zygote_pid: int, channel_fd: int) -> int:
     signal.set_wakeup_fd(-1)
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
         signal.signal(signum, signal.SIG_DFL)
+    # stdout and stderr go to the supervisor's per-app log pipe.
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
     os.dup2(channel_fd, CHANNEL_FD)  # dup2'd descriptors are inheritable and not close-on-exec
     os.closerange(CHANNEL_FD + 1, os.sysconf("SC_OPEN_MAX"))
     return worker.run_worker(
@@ -134,13 +137,13 @@ def _child(launch: Launch, zygote_pid: int, channel_fd: int) -> int:
     )
 
 
-def _fork_worker(launch: Launch, zygote_pid: int, channel_fd: int) -> int:
+def _fork_worker(launch: Launch, zygote_pid: int, channel_fd: int, log_fd: int) -> int:
     """Fork one worker; returns its pid in the zygote, never returns in the child."""
     pid = os.fork()
     if pid == 0:
         code = 70
         try:
-            code = _child(launch, zygote_pid, channel_fd)
+            code = _child(launch, zygote_pid, channel_fd, log_fd)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -207,13 +210,13 @@ def main(argv: list[str]) -> int:
                 return 0
             for message in messages:
                 if isinstance(message, Launch):
-                    if not passed_fds:
-                        error = "launch arrived without its channel descriptor"
+                    if len(passed_fds) < 2:
+                        error = "launch arrived without its channel and log descriptors"
                         write_frame(sock, Launched(token=message.token, pid=0, error=error))
                         continue
-                    channel_fd = passed_fds.pop(0)
+                    channel_fd, log_fd = passed_fds.pop(0), passed_fds.pop(0)
                     try:
-                        pid = _fork_worker(message, zygote_pid, channel_fd)
+                        pid = _fork_worker(message, zygote_pid, channel_fd, log_fd)
                     except OSError as exc:
                         write_frame(sock, Launched(token=message.token, pid=0, error=str(exc)))
                     else:
@@ -221,6 +224,7 @@ def main(argv: list[str]) -> int:
                         write_frame(sock, Launched(token=message.token, pid=pid))
                     finally:
                         os.close(channel_fd)
+                        os.close(log_fd)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,12 @@ from protocol.messages import (
     Shutdown,
     Start,
 )
+from supervisor.app_logs import AppLog
 from supervisor.app_record import AppRecord, AppStatus
 from supervisor.config import DesktopConfig
 from supervisor.http_broker import HttpRequest, fetch, policy_from_permissions
 from supervisor.launcher import ZygoteLauncher
-from supervisor.paths import DesktopPaths
+from supervisor.paths import DesktopPaths, app_log_dir
 from supervisor.view_tree import ViewTree
 from supervisor.watchdog import Watchdog
 from supervisor.worker_handle import WorkerHandle, describe_exit
@@ -146,6 +147,7 @@ class AppRunner:
         path = self.paths.workers / f"{app.app_id}-{secrets.token_hex(6)}.sock"
         endpoint = f"ipc://{path}"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        output = AppLog(app_log_dir(self.config.desktop) / f"{app.app_id}.log")
         try:
             listener.bind(str(path))
             listener.listen(4)
@@ -165,7 +167,10 @@ class AppRunner:
                 endpoint,
                 self.policy(app),
                 listener.fileno(),
+                output.write_fd,
             )
+            output.handed_over()
+            handle.output = output
             limits = {**vars(self.config.limits), **app.manifest.limits}
             self.watchdog.watch(app.app_id, handle.pid, limits["memory_mb"], limits["cpu_percent"])
             start = Start(app.app_id, app.saved_state, app.restore_views)
@@ -173,6 +178,7 @@ class AppRunner:
             await asyncio.wait_for(asyncio.shield(handle.hello), timeout)
             await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
         except (AotuiError, TimeoutError, OSError) as exc:
+            output.close()
             await self._discard(app)
             # The status may have moved while we waited (a crash report, a close).
             if app.status in {AppStatus.STARTING}:
@@ -234,6 +240,8 @@ class AppRunner:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(worker.pid, signal.SIGKILL)
         await worker.close()
+        if worker.output is not None:
+            worker.output.close()
         with contextlib.suppress(OSError):
             os.unlink(worker.endpoint.removeprefix("ipc://"))
 

@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
+from supervisor.app_logs import log_files
 from supervisor.client import Client, DesktopUnavailable
 from supervisor.config import load_config
-from supervisor.paths import DesktopPaths, data_home, store_path
+from supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
 from supervisor.store import DesktopStore, aside, describe_store, repair
 
 __all__ = ["main"]
@@ -143,6 +144,43 @@ def cmd_desktops(args: argparse.Namespace) -> int:
         )
     _emit(args, rows, "\n".join(lines))
     return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """An app's captured stdout/stderr (rotated files, oldest first); ``-f`` follows."""
+    folder = app_log_dir(args.desktop)
+    app = args.app
+    if not app.startswith("app_"):
+        try:
+            with Client(args.desktop, args.socket, timeout_s=5) as client:
+                app = next(r["app"] for r in client.status()["apps"] if r["id"] == app)
+        except (AotuiError, StopIteration):
+            raise AotuiError(
+                ErrorCode.E_NOT_FOUND, f"no app {args.app!r} on a running desktop; use its app_N"
+            ) from None
+    files = log_files(folder, app)
+    if not files and not args.follow:
+        raise AotuiError(ErrorCode.E_NOT_FOUND, f"no output captured for {app} in {folder}")
+    for path in files:
+        sys.stdout.write(path.read_text(errors="replace"))
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    current = folder / f"{app}.log"
+    position = current.stat().st_size if current.exists() else 0
+    while True:  # until Ctrl-C
+        time.sleep(0.2)
+        if not current.exists():
+            continue
+        size = current.stat().st_size
+        if size < position:  # rotated
+            position = 0
+        if size > position:
+            with open(current, "rb") as handle:
+                handle.seek(position)
+                sys.stdout.write(handle.read().decode(errors="replace"))
+                sys.stdout.flush()
+            position = size
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -319,6 +357,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "exec": (cmd_exec, "run <context> commands (argument or stdin)"),
     "say": (cmd_say, "post a user message into the chat app"),
     "watch": (cmd_watch, "live snapshot, signals and log"),
+    "logs": (cmd_logs, "an app's captured stdout/stderr; -f follows"),
     "demo": (cmd_demo, "a scripted agent session on the bundled apps"),
     "doctor": (cmd_doctor, "which sandbox layers this machine and user can apply"),
 }
@@ -358,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     parsers["snapshot"].add_argument("--plain", action="store_true", help="only the Markdown")
     parsers["exec"].add_argument("text", nargs="?", help="agent message; stdin when omitted")
     parsers["exec"].add_argument("--snapshot", help="snapshot id refs resolve against")
+    parsers["logs"].add_argument("app", help="app_N (or manifest id, if the desktop runs)")
+    parsers["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing")
     parsers["say"].add_argument("text", help="the user's message")
     parsers["say"].add_argument(
         "--app", default="system.chat", help="app that receives it (default system.chat)"

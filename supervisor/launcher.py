@@ -105,8 +105,9 @@ class ZygoteLauncher:
         endpoint: str,
         policy: dict[str, Any],
         channel_fd: int,
+        log_fd: int,
     ) -> int:
-        """Fork a worker whose channel is the listening socket ``channel_fd``; returns its pid."""
+        """Fork a worker on the listening socket ``channel_fd``, its stdout/stderr to ``log_fd``."""
         if self.sock is None:
             raise AotuiError(ErrorCode.E_INTERNAL, "the worker launcher is not started")
         token = next(self.tokens)
@@ -115,7 +116,9 @@ class ZygoteLauncher:
         self.sock.setblocking(True)
         try:
             write_frame(
-                self.sock, Launch(token, app, app_dir, entry, endpoint, policy), [channel_fd]
+                self.sock,
+                Launch(token, app, app_dir, entry, endpoint, policy),
+                [channel_fd, log_fd],
             )
         finally:
             self.sock.setblocking(False)

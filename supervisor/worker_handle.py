@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable
+from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -45,6 +46,8 @@ class WorkerHandle:
         self.on_message = on_message
         self.on_violation = on_violation
         self.pid: int | None = None
+        #: The worker's stdout/stderr capture (an ``AppLog``), closed at EOF.
+        self.output: Any = None
         #: Brokered HTTP requests being performed for this worker.
         self.http_in_flight = 0
         #: Monotonic time of the last heartbeat answer.

@@ -89,15 +89,17 @@ def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
     """Start desktops with the given apps; stops them and checks nothing is left behind."""
     started: list[RunningDesktop] = []
 
-    def start(apps: list[str] | None = None, **settings: object) -> RunningDesktop:
+    def start(
+        apps: list[str] | None = None, name: str | None = None, **settings: object
+    ) -> RunningDesktop:
         app_dirs = [
             str(TEST_APPS / a) if (TEST_APPS / a).is_dir() else str(BUNDLED_APPS / a)
             for a in (apps or ["echo"])
         ]
-        name = f"t{len(started)}"
+        name = name or f"t{len(started)}"
         config = write_config(tmp_path / f"{name}.toml", app_dirs, **settings)
         runtime = tmp_path / "run"
-        log = open(tmp_path / f"{name}.out", "wb")  # noqa: SIM115 -- closed with the process
+        log = open(tmp_path / f"{name}.out", "ab")  # noqa: SIM115 -- closed with the process
         process = subprocess.Popen(
             [
                 sys.executable,

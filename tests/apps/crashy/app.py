@@ -1,6 +1,7 @@
 """An app that fails on demand: a raising handler, or the whole process exiting."""
 
 import os
+import sys
 
 from sandbox.sdk import App, OperationCall, View, operation
 
@@ -12,7 +13,8 @@ class CrashyView(View):
 <button operation="bump">Bump</button>
 <button operation="fail" args='{{"message": "string"}}'>Fail</button>
 <button operation="die" args='{{"code": "integer"}}'>Die</button>
-<button operation="forbidden">Read /root</button></section>"""
+<button operation="forbidden">Read /root</button>
+<button operation="shout" args='{{"text": "string"}}'>Print</button></section>"""
 
     @operation("bump")
     def bump(self, call: OperationCall) -> int:
@@ -26,6 +28,11 @@ class CrashyView(View):
     @operation("die")
     def die(self, call: OperationCall) -> None:
         os._exit(int(call.args["code"]))
+
+    @operation("shout")
+    def shout(self, call: OperationCall) -> None:
+        print(f"out: {call.args['text']}", flush=True)
+        print(f"err: {call.args['text']}", file=sys.stderr, flush=True)
 
     @operation("forbidden")
     def forbidden(self, call: OperationCall) -> None:
