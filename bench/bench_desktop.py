@@ -36,6 +36,7 @@ class Desktop:
 
     def __init__(self, apps: list[Path], **settings: Any) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="aotui-bench-"))
+        self.tmp.chmod(0o755)  # as root, workers run as per-app uids that must read the apps
         config = self.tmp / "desktop.toml"
         lines = ["apps = " + json.dumps([str(a) for a in apps])]
         lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
@@ -84,6 +85,7 @@ class Desktop:
 def _copies(source: Path, count: int, into: Path) -> list[Path]:
     """``count`` copies of an app with distinct manifest ids."""
     dirs = []
+    into.chmod(0o755)  # as root, workers run as per-app uids that must read the apps
     for i in range(count):
         target = into / f"{source.name}{i}"
         shutil.copytree(source, target)

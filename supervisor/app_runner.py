@@ -15,9 +15,11 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -112,6 +114,19 @@ class AppRunner:
             await self._discard(app)
         self.launcher.stop()
 
+    def check_readable(self, app: AppRecord, uid: int) -> None:
+        """As root, refuse clearly an app whose files the per-app ``uid`` could not read."""
+        entry = app.manifest.app_dir / app.manifest.entry
+        blocked = _unreadable_part(entry, uid)
+        if blocked is not None:
+            raise AotuiError(
+                ErrorCode.E_PERMISSION,
+                f"{app.app_id} ({app.name}) runs as uid {uid}, which cannot read {blocked}; make "
+                f"the app readable to other users (chmod o+rX on the directories down to "
+                f"{app.manifest.app_dir} and o+r on its files)",
+                {"path": str(blocked)},
+            )
+
     def policy(self, app: AppRecord) -> dict[str, Any]:
         """The confinement policy of ``app``'s worker, from its manifest and the config."""
         grants = app.manifest.permissions
@@ -119,6 +134,7 @@ class AppRunner:
         if os.geteuid() == 0:
             desktop = zlib.crc32(self.config.desktop.encode()) % 1000
             uid = _UID_BASE + desktop * 1000 + int(app.app_id.removeprefix("app_"))
+            self.check_readable(app, uid)
         return {
             "app": app.app_id,
             "app_dir": str(app.manifest.app_dir),
@@ -375,3 +391,21 @@ class AppRunner:
                     continue
                 with contextlib.suppress(zmq.ZMQError, AotuiError):
                     await worker.send(Ping(seq))
+
+
+def _unreadable_part(path: Path, uid: int) -> Path | None:
+    """The first part of ``path`` that ``uid`` (no groups) cannot traverse or read, or ``None``."""
+    parts = [*reversed(path.parents), path]
+    for index, part in enumerate(parts):
+        try:
+            info = part.stat()
+        except OSError:
+            return part
+        last = index == len(parts) - 1
+        if info.st_uid == uid:
+            needed = stat.S_IRUSR if last else stat.S_IXUSR
+        else:
+            needed = stat.S_IROTH if last else stat.S_IXOTH
+        if not info.st_mode & needed:
+            return part
+    return None

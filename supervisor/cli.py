@@ -21,6 +21,7 @@ from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
 from supervisor.app_logs import log_files
 from supervisor.client import Client, DesktopUnavailable
 from supervisor.config import load_config
+from supervisor.launcher import prestart
 from supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
 from supervisor.store import DesktopStore, aside, describe_store, repair
 
@@ -102,6 +103,10 @@ def cmd_up(args: argparse.Namespace) -> int:
                 raise DesktopUnavailable(f"the desktop did not start in 30 s; see {paths.log}")
         _emit(args, info, f"desktop {config.desktop!r} up (pid {info['pid']}) at {paths.root}")
         return 0
+    # Start the zygote first: its imports (pyzmq, lxml, the SDK) overlap ours.
+    paths.create()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    prestart(os.open(paths.log, flags, 0o600))
     from supervisor.server import Supervisor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -134,6 +134,9 @@ class Client:
 
     def ping(self, timeout_s: float = 2.0) -> dict[str, Any]:
         """The supervisor's pid and desktop name; :class:`DesktopUnavailable` if none answers."""
+        if self.paths.pidfile.exists() and not self._alive():
+            # A killed supervisor leaves its socket and pidfile: no need to wait for silence.
+            raise DesktopUnavailable(f"the desktop at {self.paths.root} is not running")
         result: dict[str, Any] = self.call("ping", timeout_s=timeout_s)
         return result
 

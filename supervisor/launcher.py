@@ -26,6 +26,33 @@ from protocol.stream import FrameReader, write_frame
 __all__ = ["ZygoteLauncher"]
 
 
+#: A zygote started before the supervisor's own imports (see :func:`prestart`).
+_prestarted: tuple[subprocess.Popen[bytes], socket.socket] | None = None
+
+
+def _spawn(log: IO[bytes] | int | None) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
+        pass_fds=(theirs.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    theirs.close()
+    return process, ours
+
+
+def prestart(log: IO[bytes] | int | None = None) -> None:
+    """Start the zygote now (from the main thread), so its imports overlap the supervisor's."""
+    global _prestarted
+    if _prestarted is None:
+        _prestarted = _spawn(log)
+
+
 class ZygoteLauncher:
     """Owns the zygote process and the launch conversation with it."""
 
@@ -41,21 +68,12 @@ class ZygoteLauncher:
 
     def start(self) -> None:
         """Start the zygote (call from the main thread, inside the running loop)."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        root = str(Path(__file__).resolve().parent.parent)
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-        }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=self.log,
-            env=env,
-        )
-        theirs.close()
+        global _prestarted
+        if _prestarted is not None and _prestarted[0].poll() is None:
+            self.process, ours = _prestarted
+        else:
+            self.process, ours = _spawn(self.log)
+        _prestarted = None
         ours.setblocking(False)
         self.sock = ours
         asyncio.get_running_loop().add_reader(ours.fileno(), self._readable)

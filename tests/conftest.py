@@ -76,6 +76,22 @@ def write_config(path: Path, apps: list[str], **settings: object) -> Path:
     return path
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-seconds",
+        default="120",
+        help="how long tests/test_soak.py runs (default 120; 3600 for the hour-long soak)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The soak's timeout follows its length."""
+    seconds = float(config.getoption("--soak-seconds"))
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.timeout(seconds + 120))
+
+
 @pytest.fixture(autouse=True)
 def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test stores desktops under its own AOTUI_HOME, never the user's."""

@@ -1,0 +1,29 @@
+"""The soak: a scripted agent on several apps for minutes while workers are killed at random.
+
+``pytest tests/test_soak.py`` runs it for 2 minutes (the CI default); ``--soak-seconds 3600``
+runs it for an hour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.conftest import RunningDesktop
+from tests.soak import SOAK_APPS, SOAK_SETTINGS, run_soak
+
+Start = Callable[..., RunningDesktop]
+
+
+@pytest.mark.slow
+def test_soak(start_desktop: Start, request: pytest.FixtureRequest) -> None:
+    seconds = float(request.config.getoption("--soak-seconds"))
+    desktop = start_desktop(SOAK_APPS, **SOAK_SETTINGS)
+    report = run_soak(desktop.client, desktop.process.pid, seconds)
+    assert report.commands > 100, report
+    assert report.kills > 0, "the soak never killed a worker"
+    assert report.lost == [], report.lost
+    assert report.unanswered == [], report.unanswered
+    assert report.rss["end"] <= report.rss["warm"] * 1.10, report.rss
+    assert report.fds["end"] <= report.fds["warm"] * 1.10, report.fds
