@@ -57,7 +57,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235,
         "futimesat": 261, "utimensat": 280, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
         "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463,
-        "removexattrat": 466,
+        "removexattrat": 466, "setsid": 112, "setpgid": 109,
     },
     "aarch64": {
         "socket": 198, "connect": 203, "socketpair": 199, "clone": 220, "clone3": 435,
@@ -78,7 +78,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "sched_setattr": 274, "ioprio_set": 30, "fchmod": 52, "fchmodat": 53, "fchmodat2": 452,
         "fchown": 55, "fchownat": 54, "utimensat": 88, "setxattr": 5, "lsetxattr": 6,
         "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16,
-        "setxattrat": 463, "removexattrat": 466,
+        "setxattrat": 463, "removexattrat": 466, "setsid": 157, "setpgid": 154,
     },
 }  # fmt: skip
 
@@ -100,6 +100,9 @@ DENIED = (
     "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime",
     "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr",
     "lremovexattr", "fremovexattr", "setxattrat", "removexattrat",
+    # The worker leads its own session and process group (set before confinement); its
+    # descendants may not leave it, so killing the group kills every process the app started.
+    "setsid", "setpgid",
 )  # fmt: skip
 
 _ALL = 0xFFFFFFFF

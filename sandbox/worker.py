@@ -15,8 +15,10 @@ fragments (if any) and then exactly one :class:`~protocol.messages.Ack` or
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import os
+import socket
 import sys
 import time
 import traceback
@@ -60,6 +62,21 @@ PROTOCOL = 1
 
 #: How long a new worker waits for its :class:`Start` before giving up.
 START_TIMEOUT_S = 30.0
+
+
+def _denial(exc: BaseException) -> str:
+    """Why ``exc`` is the sandbox saying no (``""`` when it is not).
+
+    Besides ``PermissionError``: Landlock refuses a link or rename across its rules with
+    ``EXDEV``, and name resolution fails because a worker has no network at all.
+    """
+    if isinstance(exc, PermissionError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EXDEV:
+        return f"{exc} (link or rename out of the app's grants)"
+    if isinstance(exc, socket.gaierror):
+        return f"{exc} (apps have no network; use App.http() with a net:http permission)"
+    return ""
 
 
 def load_app(app_dir: str, entry: str, app_id: str) -> App:
@@ -192,11 +209,12 @@ class WorkerLoop:
 
     def reply_error(self, request_id: int, exc: BaseException) -> None:
         """Answer a request with the error ``exc`` maps to."""
+        denied = _denial(exc)
         if isinstance(exc, AotuiError):
             code, message = exc.code, exc.message
-        elif isinstance(exc, PermissionError):
-            code, message = ErrorCode.E_PERMISSION, f"permission denied: {exc}"
-            self.log(f"permission denied: {exc}", "warning")
+        elif denied:
+            # The supervisor logs every E_PERMISSION answer itself (naming the app).
+            code, message = ErrorCode.E_PERMISSION, f"permission denied: {denied}"
         else:
             code, message = ErrorCode.E_APP_ERROR, f"{type(exc).__name__}: {exc}"
         self.send(ErrorReply(request_id=request_id, code=code.value, message=message))

@@ -16,6 +16,7 @@ every worker dies with the zygote (its own ``PR_SET_PDEATHSIG``), so nothing out
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import os
@@ -163,6 +164,9 @@ def _reap(sock: socket.socket, apps: dict[int, str]) -> None:
         if pid == 0:
             return
         app = apps.pop(pid, "")
+        if app:  # what the worker started dies with it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
         reason = "memory limit" if app and cgroups.oom_killed(app, pid) else ""
         if app:
             for failure in cgroups.remove_cgroups(app, pid):
@@ -178,7 +182,9 @@ def main(argv: list[str]) -> int:
     """Serve launch requests on the inherited socket until the supervisor goes away."""
     fd, parent_pid = int(argv[0]), int(argv[1])
     _preload()
-    set_parent_death_signal(signal.SIGKILL)
+    # SIGTERM, not SIGKILL: when the supervisor dies we still kill every worker's process group
+    # (a worker's own children have no death signal of their own) before exiting.
+    set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != parent_pid:
         return 1
     sock = socket.socket(fileno=fd)
@@ -186,11 +192,18 @@ def main(argv: list[str]) -> int:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     zygote_pid = os.getpid()
     reader = FrameReader()
     passed_fds: list[int] = []
     apps: dict[int, str] = {}  # worker pid → app id, to find its cgroups when it ends
+
+    def orphaned(signum: int, frame: object) -> None:
+        for pid in list(apps):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, orphaned)
     cgroups.sweep_cgroups()  # what a zygote killed with its desktop could not remove
     while True:
         try:

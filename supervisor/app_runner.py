@@ -45,7 +45,7 @@ from supervisor.launcher import ZygoteLauncher
 from supervisor.paths import DesktopPaths, app_log_dir
 from supervisor.view_tree import ViewTree
 from supervisor.watchdog import Watchdog
-from supervisor.worker_handle import WorkerHandle, describe_exit
+from supervisor.worker_handle import LOG_LINES_PER_S, WorkerHandle, describe_exit
 
 __all__ = ["AppRunner"]
 
@@ -243,8 +243,7 @@ class AppRunner:
         if worker is None or worker.pid is None:
             return
         app.kill_reason = app.kill_reason or reason
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, signal.SIGKILL)
+        _kill_group(worker.pid)
 
     async def _discard(self, app: AppRecord) -> None:
         worker, app.worker = app.worker, None
@@ -253,8 +252,7 @@ class AppRunner:
         if worker.pid is not None:
             self.watchdog.forget(worker.pid)
             if worker.pid in self.launcher.pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.pid, signal.SIGKILL)
+                _kill_group(worker.pid)
         await worker.close()
         if worker.output is not None:
             worker.output.close()
@@ -277,7 +275,11 @@ class AppRunner:
             elif app.status is AppStatus.RUNNING:
                 self.on_change("dom_mutation")
         elif isinstance(message, LogRecord):
-            self.log(f"{app.name}: {message.message}")
+            admitted, dropped = worker.admit_log()
+            if dropped:
+                self.log(f"{app.name}: {dropped} log line(s) dropped (over {LOG_LINES_PER_S}/s)")
+            if admitted:
+                self.log(f"{app.name}: {message.message}")
         elif isinstance(message, HttpCall):
             if worker.http_in_flight >= _MAX_HTTP_IN_FLIGHT:
                 self.log(f"{app.name} flooded the HTTP broker; killing it.")
@@ -409,3 +411,12 @@ def _unreadable_part(path: Path, uid: int) -> Path | None:
         if not info.st_mode & needed:
             return part
     return None
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL a worker and every process it started (they cannot leave its process group)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

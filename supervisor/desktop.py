@@ -366,6 +366,9 @@ class Desktop:
             )
         except AotuiError as exc:
             app.log_operation(f"execute {command.target}: {exc.code.value} {exc.message}")
+            if exc.code is ErrorCode.E_PERMISSION:
+                # Reported by the trusted side, whatever the worker itself logs or floods.
+                self.log(f"{app.name}: {exc.message} (in operation {command.target})")
             raise
         assert isinstance(reply, Ack)
         if reply.state is not None:

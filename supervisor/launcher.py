@@ -147,12 +147,15 @@ class ZygoteLauncher:
         return launched.pid
 
     def kill_workers(self) -> None:
-        """SIGKILL every worker still alive."""
+        """SIGKILL every worker still alive, with every process it started (its group)."""
         for pid in list(self.pids):
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
-                self.pids.discard(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    self.pids.discard(pid)
 
     def stop(self) -> None:
         """Kill the workers and the zygote, and wait for the zygote."""

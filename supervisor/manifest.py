@@ -153,7 +153,7 @@ def load_manifest(app_dir: str | Path) -> Manifest:
             raise _refuse(path, f"limits.{name}", "must be a positive integer")
     restart = raw.get("restart", {})
     if not isinstance(restart, dict):
-        raise _refuse(path, "restart", "must be an object like {\"mode\": \"transient\"}")
+        raise _refuse(path, "restart", 'must be an object like {"mode": "transient"}')
     try:
         RestartPolicy.from_dict(restart)
     except AotuiError as exc:

@@ -56,9 +56,17 @@ def _applications(apps: Sequence[AppRecord]) -> str:
     return "\n".join(lines)
 
 
+def one_line(text: str, limit: int = 500) -> str:
+    """App text as one log line: no line breaks (an app cannot fake other entries), bounded."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def _logs(title: str, entries: Iterable[tuple[float, str]], heading: str) -> list[str]:
     lines = [f"{heading} {title}"]
-    lines.extend(f"- [{format_time(ts)}] {escape_structural(text)}" for ts, text in entries)
+    lines.extend(
+        f"- [{format_time(ts)}] {escape_structural(one_line(text))}" for ts, text in entries
+    )
     if len(lines) == 1:
         lines.append("- (nothing yet)")
     return lines

@@ -21,12 +21,34 @@ import zmq.asyncio
 
 from protocol import codec
 from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import Ack, AppState, ErrorReply, Hello, Message, Pong
+from protocol.messages import (
+    Ack,
+    AppState,
+    ErrorReply,
+    FragmentUpdate,
+    Hello,
+    HttpCall,
+    LogRecord,
+    Message,
+    Pong,
+)
 
 __all__ = ["WorkerHandle", "describe_exit"]
 
 #: Largest frame a worker may send; anything bigger is a protocol violation.
 MAX_WORKER_FRAME = 8 << 20
+#: More frames than this in one second is a flood (fragment updates are coalesced per loop
+#: turn, so a well-behaved app sends far fewer).
+MAX_FRAMES_PER_S = 5000
+#: Log lines one worker may put in System Logs per second; more are counted and dropped, so an
+#: app cannot push other apps' reports (a permission denial, a crash) out of the bounded log.
+LOG_LINES_PER_S = 10
+#: Unsolicited messages a worker may send besides replies, hello and pongs.
+WORKER_MAY_SEND = (FragmentUpdate, LogRecord, HttpCall)
+
+
+def _violation(what: str) -> AotuiError:
+    return AotuiError(ErrorCode.E_INVALID_CMD, f"the worker sent {what}")
 
 
 class WorkerHandle:
@@ -62,10 +84,35 @@ class WorkerHandle:
         self._ids = itertools.count(1)
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
+        #: Request ids sent and not yet answered (late answers included).
+        self.issued: set[int] = set()
+        self._window_start = 0.0
+        self._window_frames = 0
+        self._log_window = 0.0
+        self._log_lines = 0
+        self._log_dropped = 0
 
     def start(self) -> None:
         """Start reading the channel."""
         self._reader = asyncio.get_running_loop().create_task(self._read(), name=self.app_id)
+
+    def admit_log(self) -> tuple[bool, int]:
+        """Whether a log line may go to System Logs now (at most ``LOG_LINES_PER_S`` a second),
+        and how many were dropped in the window that just closed (to report once)."""
+        now = time.monotonic()
+        dropped = 0
+        if now - self._log_window >= 1.0:
+            dropped, self._log_window, self._log_lines, self._log_dropped = (
+                self._log_dropped,
+                now,
+                0,
+                0,
+            )
+        self._log_lines += 1
+        if self._log_lines > LOG_LINES_PER_S:
+            self._log_dropped += 1
+            return False, dropped
+        return True, dropped
 
     def next_id(self) -> int:
         """A fresh request id for this channel."""
@@ -84,6 +131,7 @@ class WorkerHandle:
         request_id = self.next_id()
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
+        self.issued.add(request_id)
         try:
             await asyncio.wait_for(self.send(build(request_id)), timeout_s)
             reply = await asyncio.wait_for(future, timeout_s)
@@ -120,29 +168,51 @@ class WorkerHandle:
             if len(frame) > MAX_WORKER_FRAME:
                 self.on_violation(self, AotuiError(ErrorCode.E_INVALID_CMD, "oversized frame"))
                 return
+            now = time.monotonic()
+            if now - self._window_start >= 1.0:
+                self._window_start, self._window_frames = now, 0
+            self._window_frames += 1
+            if self._window_frames > MAX_FRAMES_PER_S:
+                self.on_violation(
+                    self,
+                    AotuiError(ErrorCode.E_INVALID_CMD, f"flood: over {MAX_FRAMES_PER_S} frames/s"),
+                )
+                return
             try:
                 message = codec.decode(frame)
+                self._dispatch(message)
             except AotuiError as exc:
                 self.on_violation(self, exc)
                 return
-            self._dispatch(message)
 
     def _dispatch(self, message: Message) -> None:
+        """Route one frame; anything a worker may not send is a violation (raises)."""
         if isinstance(message, Ack | AppState | ErrorReply):
+            if (
+                message.request_id == 0
+                and isinstance(message, ErrorReply)
+                and not self.hello.done()
+            ):
+                self.fail_pending(AotuiError(ErrorCode.E_APP_ERROR, message.message))
+                return
+            if message.request_id not in self.issued:
+                raise _violation(f"a reply to request {message.request_id}, which was never sent")
+            self.issued.discard(message.request_id)
             future = self.pending.get(message.request_id)
             if future is not None and not future.done():
-                future.set_result(message)
-            elif isinstance(message, ErrorReply) and message.request_id == 0:
-                self.fail_pending(AotuiError(ErrorCode.E_APP_ERROR, message.message))
+                future.set_result(message)  # a reply after its deadline is dropped quietly
             return
         if isinstance(message, Hello):
+            if self.hello.done():
+                raise _violation("a second hello")
             self.layers = list(message.layers)
-            if not self.hello.done():
-                self.hello.set_result(message)
+            self.hello.set_result(message)
             return
         if isinstance(message, Pong):
             self.last_pong = time.monotonic()
             return
+        if not isinstance(message, WORKER_MAY_SEND):
+            raise _violation(f"a {message.KIND!r} message, which workers never send")
         self.on_message(self, message)
 
     async def close(self) -> None:
