@@ -14,6 +14,7 @@ MODULES = [
     "bench_render",
     "bench_desktop",
     "bench_sandbox",
+    "bench_store",
 ]
 
 

@@ -186,3 +186,33 @@ def test_demo_runs_and_cleans_up() -> None:
 @pytest.mark.parametrize("flag", ["--plain", "--json"])
 def test_snapshot_flags_without_desktop(flag: str, tmp_path: Path) -> None:
     assert aotui("snapshot", flag, "--socket", str(tmp_path)).returncode == 69
+
+
+def test_doctor_reports_every_layer() -> None:
+    result = aotui("doctor")
+    assert result.returncode in (0, 1), result.stderr  # 1 only when strict mode could not run
+    for layer in ("landlock", "seccomp", "netns", "rlimits", "no-new-privs"):
+        assert layer in result.stdout
+    assert "Layers for this user" in result.stdout
+    report = json.loads(aotui("doctor", "--json").stdout)
+    assert report["landlock_abi"] >= 1
+    assert "layers" in report["this_user"]
+
+
+def test_up_fresh_keeps_the_old_store(tmp_path: Path, private_home: Path) -> None:
+    config = tmp_path / "d.toml"
+    config.write_text(f'apps = ["{TEST_APPS / "echo"}"]\n')
+    where = ["--socket", str(tmp_path / "run"), "--desktop", "fresh"]
+    assert aotui("up", "--detach", "--config", str(config), *where).returncode == 0
+    assert aotui("exec", "<context>open --application app_0</context>", *where).returncode == 0
+    assert aotui("down", *where).returncode == 0
+    store = private_home / "desktops" / "fresh.db"
+    assert store.exists()
+    up = aotui("up", "--detach", "--fresh", "--config", str(config), *where)
+    assert up.returncode == 0, up.stderr
+    assert "kept the old store" in up.stderr
+    kept = list(store.parent.glob("fresh.db.corrupt-*"))
+    assert len(kept) == 1
+    status = json.loads(aotui("status", "--json", *where).stdout)
+    assert status["apps"][0]["state"] == "not running"  # started empty, not restored
+    assert aotui("down", *where).returncode == 0
