@@ -151,8 +151,17 @@ class AppRunner:
             if app.status is AppStatus.COLLAPSED:
                 app.transition(AppStatus.RUNNING)
             return
-        if app.status is AppStatus.STARTING:
-            raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is already starting")
+        if app.status is AppStatus.STARTING or (
+            app.status is AppStatus.RESTARTING and app.worker is not None
+        ):
+            # Someone else is starting it (a restart, another command): wait for that.
+            deadline = time.monotonic() + self.config.start_timeout_ms / 1000
+            while app.status in (AppStatus.STARTING, AppStatus.RESTARTING):
+                if time.monotonic() > deadline:
+                    raise AotuiError(ErrorCode.E_TIMEOUT, f"{app.app_id} is still starting")
+                await asyncio.sleep(0.01)
+            if app.is_live:
+                return
         restarting = app.status is AppStatus.RESTARTING
         if app.status is AppStatus.FAILED:
             app.restart_tracker.reset()

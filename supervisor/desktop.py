@@ -371,10 +371,12 @@ class Desktop:
                 self.log(f"{app.name}: {exc.message} (in operation {command.target})")
             raise
         assert isinstance(reply, Ack)
-        if reply.state is not None:
+        changed = reply.state is not None and reply.state != app.saved_state
+        if changed:
             app.saved_state = reply.state
         app.log_operation(f"execute {command.target}: ok")
-        await self.persist(app)  # the ack waits for this (durability "ack")
+        if changed:
+            await self.persist(app)  # the ack waits for this (durability "ack")
         return reply.result
 
 
