@@ -42,8 +42,9 @@ CPU_PERIOD_US = 100_000
 #: its ``memory_mb`` or ``cpu_percent`` and says why. Set exactly at the limit, the kernel would
 #: throttle a spinning worker to its share (so the watchdog never sees it over) and OOM-kill a
 #: growing one before the watchdog could name the reason; set this far above, it still caps the
-#: peak (≤ limit + 10 %) and the CPU a runaway takes if the watchdog is late.
-MEMORY_BACKSTOP = 1.10
+#: peak (the cgroup at +7 % keeps private memory within limit + 10 %, measured) and the CPU a
+#: runaway takes if the watchdog is late.
+MEMORY_BACKSTOP = 1.07
 CPU_BACKSTOP = 2
 
 

@@ -331,6 +331,8 @@ class AppRunner:
         app.last_exit = (
             app.kill_reason or exited.reason or describe_exit(exited.exit_code, exited.signal)
         )
+        if exited.reason and not app.kill_reason:
+            self.log(f"{app.name} over its {exited.reason} (stopped by the kernel's cgroup limit).")
         worker = app.worker
         if worker is not None:
             worker.fail_pending(
