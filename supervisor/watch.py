@@ -15,7 +15,7 @@ _CLEAR = "\x1b[H\x1b[2J"
 
 def watch(client: Client, max_updates: int | None = None, json_output: bool = False) -> int:
     """Redraw snapshot + status on each signal (and every 2 s); ``max_updates`` bounds it."""
-    from supervisor.cli import format_status
+    from supervisor.reports import format_status
 
     updates = 0
     last_reason = "start"
