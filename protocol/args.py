@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from protocol.errors import AotuiError, ErrorCode, invalid_cmd
+from protocol.errors import AotuiError, ErrorCode, invalid_cmd, show_value
 
 __all__ = [
     "SCALAR_TYPES",
@@ -49,18 +48,6 @@ _PYTHON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "
 _REF = re.compile(r"([A-Za-z0-9_.:-]+)(?:\[([^\]]*)\])?")
 # Indexes longer than this are typos, and int() of thousands of digits is refused anyway.
 _MAX_INDEX_DIGITS = 9
-
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
-
-
-def _show(value: object) -> str:
-    """A short printable form of any value for an error message; never raises."""
-    try:
-        return _REPR.repr(value)
-    except Exception:  # a huge int or a broken __repr__ must not replace the real error
-        return f"<{type(value).__name__}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +131,7 @@ def parse_arg_schema(spec: str | Mapping[str, Any], *, operation: str | None = N
             decoded = json.loads(spec, object_pairs_hook=_reject_duplicates)
         except _DuplicateName as dup:
             raise _schema_error(
-                f"args declares {_show(dup.name)} twice", operation, arg=dup.name
+                f"args declares {show_value(dup.name)} twice", operation, arg=dup.name
             ) from None
         except (ValueError, RecursionError) as exc:
             raise _schema_error(
@@ -162,22 +149,23 @@ def parse_arg_schema(spec: str | Mapping[str, Any], *, operation: str | None = N
         name = _NAME.fullmatch(raw_name) if isinstance(raw_name, str) else None
         if name is None:
             raise _schema_error(
-                f"args name {_show(raw_name)} is not a name like content or count? "
+                f"args name {show_value(raw_name)} is not a name like content or count? "
                 "(letters, digits, _ and -, not starting with a digit; ? marks it optional)",
                 operation,
-                arg=raw_name[:80] if isinstance(raw_name, str) else _show(raw_name),
+                arg=raw_name[:80] if isinstance(raw_name, str) else show_value(raw_name),
             )
         python_type = _PYTHON_TYPES.get(type_name) if isinstance(type_name, str) else None
         if not isinstance(type_name, str) or not _ITEM_TYPE.fullmatch(type_name) or python_type:
             hint = f" (did you mean {python_type}?)" if python_type else ""
             raise _schema_error(
-                f"args {_show(raw_name)} has type {_show(type_name)}{hint}; allowed: {allowed}",
+                f"args {show_value(raw_name)} has type {show_value(type_name)}{hint}; "
+                f"allowed: {allowed}",
                 operation,
                 arg=raw_name,
             )
         if name.group(1) in seen:
             raise _schema_error(
-                f"args declares {_show(name.group(1))} twice", operation, arg=raw_name
+                f"args declares {show_value(name.group(1))} twice", operation, arg=raw_name
             )
         seen.add(name.group(1))
         params.append(Param(name.group(1), type_name, bool(name.group(2))))
@@ -304,8 +292,8 @@ def parse_ref(text: str) -> tuple[str, int | None]:
     m = _REF.fullmatch(text.strip()) if isinstance(text, str) else None
     if m is None:
         raise invalid_cmd(
-            f"{_show(text)} is not a ref; write list_id[0] (0-based) or an entity id",
-            ref=text[:80] if isinstance(text, str) else _show(text),
+            f"{show_value(text)} is not a ref; write list_id[0] (0-based) or an entity id",
+            ref=text[:80] if isinstance(text, str) else show_value(text),
         )
     name, index = m.group(1), m.group(2)
     if index is None:
@@ -313,10 +301,10 @@ def parse_ref(text: str) -> tuple[str, int | None]:
     index = index.strip()
     if not index.isascii() or not index.isdigit():
         raise invalid_cmd(
-            f"{_show(text)} has index [{index:.20}]; an index is a whole number from 0, "
+            f"{show_value(text)} has index [{index:.20}]; an index is a whole number from 0, "
             f"like {name}[0]",
             ref=text[:80],
         )
     if len(index) > _MAX_INDEX_DIGITS:
-        raise invalid_cmd(f"{_show(text)} has an index too large to exist", ref=text[:80])
+        raise invalid_cmd(f"{show_value(text)} has an index too large to exist", ref=text[:80])
     return name, int(index)

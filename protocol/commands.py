@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import enum
 import re
-import reprlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from protocol.errors import invalid_cmd
+from protocol.errors import invalid_cmd, show_value
 
 __all__ = ["APP_ACTIONS", "ID_PATTERN", "VIEW_ACTIONS", "Action", "ArgValues", "Command"]
 
@@ -34,18 +33,6 @@ __all__ = ["APP_ACTIONS", "ID_PATTERN", "VIEW_ACTIONS", "Action", "ArgValues", "
 ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]+")
 #: What an argument name may look like (``?`` of an optional arg is not part of the name).
 _ARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
-
-
-def _show(value: object) -> str:
-    """A short printable form of any value for an error message; never raises."""
-    try:
-        return _REPR.repr(value)
-    except Exception:  # a huge int or a broken __repr__ must not replace the real error
-        return f"<{type(value).__name__}>"
 
 
 class Action(enum.StrEnum):
@@ -181,9 +168,9 @@ class Command:
         for key in obj:
             if key not in allowed:
                 raise invalid_cmd(
-                    f"unknown field {_show(key)} in a structured {action.value} command; "
+                    f"unknown field {show_value(key)} in a structured {action.value} command; "
                     f"allowed: {', '.join(sorted(allowed))}",
-                    field=key[:80] if isinstance(key, str) else _show(key),
+                    field=key[:80] if isinstance(key, str) else show_value(key),
                 )
         app_id = _read_id(obj, "app")
         snapshot_id = _read_optional_id(obj, "snapshot_id")
@@ -229,7 +216,8 @@ def _read_action(obj: Mapping[Any, Any]) -> Action:
         except ValueError:
             pass
     raise invalid_cmd(
-        f"field 'action' must be one of {', '.join(a.value for a in Action)}, got {_show(value)}",
+        f"field 'action' must be one of {', '.join(a.value for a in Action)}, "
+        f"got {show_value(value)}",
         field="action",
     )
 
@@ -247,7 +235,7 @@ def _read_id(obj: Mapping[Any, Any], key: str) -> str:
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise invalid_cmd(
             f"field {key!r} must be a non-empty id of letters, digits and _ . : -, "
-            f"got {_show(value)}",
+            f"got {show_value(value)}",
             field=key,
         )
     return value
@@ -263,9 +251,9 @@ def _read_args(value: Any) -> ArgValues:
     for name, raw in value.items():
         if not isinstance(name, str) or not _ARG_NAME.fullmatch(name):
             raise invalid_cmd(
-                f"argument name {_show(name)} in 'args' is not a name like message_id",
+                f"argument name {show_value(name)} in 'args' is not a name like message_id",
                 field="args",
-                arg=name[:80] if isinstance(name, str) else _show(name),
+                arg=name[:80] if isinstance(name, str) else show_value(name),
             )
         if isinstance(raw, str | bool):
             out[name] = raw

@@ -16,6 +16,7 @@ looking at the code, and the code is what travels over the wire.
 from __future__ import annotations
 
 import enum
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -150,6 +151,18 @@ class AotuiError(Exception):
         return cls(
             code, str(reply.get("message", "")), dict(data) if isinstance(data, Mapping) else {}
         )
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def show_value(value: object) -> str:
+    """A short printable form of any value for an error message; never raises."""
+    try:
+        return _REPR.repr(value)
+    except Exception:  # a huge int or a broken __repr__ must not replace the real error
+        return f"<{type(value).__name__}>"
 
 
 def invalid_cmd(message: str, **data: Any) -> AotuiError:
