@@ -92,9 +92,10 @@ def test_restored_desktop_has_the_same_ids_views_and_data(start_desktop: Start) 
     # same app ids, same view ids, same mounted views, same data (the user's message included)
     assert f'<view id="{conversations}" name="Conversations">' in chat_after
     tree = "## Application View Tree"
-    assert chat_before.split(tree)[1].split("</application_info>")[0] == chat_after.split(tree)[
-        1
-    ].split("</application_info>")[0]
+    assert (
+        chat_before.split(tree)[1].split("</application_info>")[0]
+        == chat_after.split(tree)[1].split("</application_info>")[0]
+    )
     assert "Last Message: remember me" in chat_after
     echo = next(r for r in again.client.status()["apps"] if r["app"] == "app_1")
     assert echo["state"] == "collapsed"
@@ -116,6 +117,7 @@ def test_worker_kill_keeps_acknowledged_state(start_desktop: Start) -> None:
     pid = desktop.app_pid("app_0")
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
+
     def restarted() -> bool:
         row = client.status()["apps"][0]
         return row["state"] == "running" and row["pid"] != pid
@@ -228,3 +230,24 @@ def test_snapshot_ids_are_never_reused_across_boots(private_home: Path) -> None:
     assert b > a
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_an_apps_children_die_with_a_killed_supervisor(start_desktop: Start) -> None:
+    desktop = start_desktop(["crashy"])
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    child = client.execute('<context app_id="app_0" view_id="view_0">execute spawn</context>')[
+        "results"
+    ][0]
+    assert psutil.pid_exists(child)
+    kill_supervisor(desktop)
+    # The zygote's parent-death signal kills every worker's process group, children included.
+    gone = wait_for(lambda: not psutil.pid_exists(child) or _zombie(child), 10, "the child to die")
+    assert gone
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 from sandbox.sdk import App, OperationCall, View, operation
 
@@ -14,7 +15,8 @@ class CrashyView(View):
 <button operation="fail" args='{{"message": "string"}}'>Fail</button>
 <button operation="die" args='{{"code": "integer"}}'>Die</button>
 <button operation="forbidden">Read /root</button>
-<button operation="shout" args='{{"text": "string"}}'>Print</button></section>"""
+<button operation="shout" args='{{"text": "string"}}'>Print</button>
+<button operation="spawn">Start a child process</button></section>"""
 
     @operation("bump")
     def bump(self, call: OperationCall) -> int:
@@ -33,6 +35,14 @@ class CrashyView(View):
     def shout(self, call: OperationCall) -> None:
         print(f"out: {call.args['text']}", flush=True)
         print(f"err: {call.args['text']}", file=sys.stderr, flush=True)
+
+    @operation("spawn")
+    def spawn(self, call: OperationCall) -> int:
+        pid = os.fork()
+        if pid == 0:  # a child that would outlive everything if nobody killed it
+            time.sleep(120)
+            os._exit(0)
+        return pid
 
     @operation("forbidden")
     def forbidden(self, call: OperationCall) -> None:
