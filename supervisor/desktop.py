@@ -32,7 +32,7 @@ from protocol.messages import (
 from supervisor.app_record import AppRecord, AppStatus
 from supervisor.app_runner import AppRunner
 from supervisor.config import DesktopConfig
-from supervisor.manifest import load_manifest
+from supervisor.manifest import Manifest, load_manifest
 from supervisor.paths import DesktopPaths, store_path
 from supervisor.registry import SnapshotRegistry
 from supervisor.snapshot import RefTable, Snapshot, build_snapshot
@@ -173,10 +173,7 @@ class Desktop:
             if manifest.id != entry.manifest_id:
                 self.log(f"Could not restore {entry.app}: {entry.app_dir} now holds {manifest.id}")
                 continue
-            record = AppRecord(
-                entry.app, manifest, self.config.log_entries, on_transition=self._moved
-            )
-            record.restart_tracker.policy = self.config.restart_policy(manifest.restart)
+            record = self._record(entry.app, manifest)
             record.views.restore_ids(entry.view_ids)
             record.views.hidden = set(entry.hidden)
             record.saved_state = entry.data
@@ -227,16 +224,16 @@ class Desktop:
                     f"{manifest.id} is already installed as {app.app_id}",
                     {"app": app.app_id},
                 )
-        record = AppRecord(
-            f"app_{self.next_app}",
-            manifest,
-            self.config.log_entries,
-            on_transition=self._moved,
-        )
+        record = self._record(f"app_{self.next_app}", manifest)
         self.next_app += 1
-        record.restart_tracker.policy = self.config.restart_policy(manifest.restart)
         self.apps.append(record)
         self.log(f"Installed {manifest.name} ({manifest.id}) as {record.app_id}.")
+        return record
+
+    def _record(self, app_id: str, manifest: Manifest) -> AppRecord:
+        """A new record for an installed or restored app, with its restart policy."""
+        record = AppRecord(app_id, manifest, self.config.log_entries, on_transition=self._moved)
+        record.restart_tracker.policy = self.config.restart_policy(manifest.restart)
         return record
 
     async def uninstall(self, ref: str) -> AppRecord:
