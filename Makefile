@@ -1,8 +1,12 @@
 # Everything a fresh machine needs: `make demo` and `make test` create .venv when missing.
+# PYTHON is any CPython 3.11+ with its venv module (Debian: `apt-get install python3-venv`).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.aotui-installed
+# mypy cannot follow setuptools' editable import hook, so it reads the three rooms through a tree
+# of links named as they install (aotui.protocol → protocol/ …); see [tool.mypy] mypy_path.
+TYPECHECK := $(VENV)/typecheck/aotui
 
 .PHONY: demo test lint bench clean
 
@@ -10,6 +14,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	mkdir -p $(TYPECHECK)
+	for room in protocol sandbox supervisor; do ln -sfn "$(CURDIR)/$$room" $(TYPECHECK)/$$room; done
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,4 +32,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

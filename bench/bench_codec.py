@@ -13,8 +13,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol.codec import decode, encode
-from protocol.messages import (
+from aotui.protocol.codec import decode, encode
+from aotui.protocol.messages import (
     ChildLink,
     FragmentUpdate,
     Message,

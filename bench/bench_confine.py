@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import lxml.html  # noqa: F401  -- as loaded in the zygote
 import zmq  # noqa: F401
 
-from sandbox import cgroups, worker  # noqa: F401
-from sandbox.confine import confine
-from sandbox.linux import prctl
+from aotui.sandbox import cgroups, worker  # noqa: F401
+from aotui.sandbox.confine import confine
+from aotui.sandbox.linux import prctl
 
 __all__ = ["run"]
 

@@ -21,7 +21,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from supervisor.client import Client, DesktopUnavailable  # noqa: E402
+from aotui.supervisor.client import Client, DesktopUnavailable  # noqa: E402
 
 TEST_APPS = ROOT / "tests" / "apps"
 
@@ -46,7 +46,7 @@ class Desktop:
             [
                 sys.executable,
                 "-m",
-                "supervisor",
+                "aotui.supervisor",
                 "up",
                 "--desktop",
                 "bench",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol.args import coerce_args, parse_arg_schema
-from protocol.grammar import parse_commands
+from aotui.protocol.args import coerce_args, parse_arg_schema
+from aotui.protocol.grammar import parse_commands
 
 REPEATS = 7
 #: What a typical agent message must parse at (CONTRACT §5 performance goal).

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import html2text
 import markdownify
 
-from sandbox.render import render_view
+from aotui.sandbox.render import render_view
 
 __all__ = ["list_view_html", "ordinary_page_html", "run"]
 

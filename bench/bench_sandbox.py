@@ -23,8 +23,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from aotui.protocol.errors import AotuiError  # noqa: E402
 from bench.bench_desktop import TEST_APPS, Desktop, _pct  # noqa: E402
-from protocol.errors import AotuiError  # noqa: E402
 
 
 def bench_runaway_memory(runs: int = 5) -> dict[str, float]:

@@ -10,7 +10,7 @@
 - :mod:`protocol.structure` — escaping of the snapshot's structural tags in app text.
 """
 
-from protocol.args import (
+from aotui.protocol.args import (
     ArgSchema,
     CoercedArgs,
     Param,
@@ -20,11 +20,11 @@ from protocol.args import (
     parse_arg_schema,
     parse_ref,
 )
-from protocol.codec import PROTOCOL_VERSION, Codec, decode, encode
-from protocol.commands import Action, ArgValues, Command
-from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
-from protocol.grammar import parse_commands
-from protocol.structure import STRUCTURAL_TAGS, contains_structural, escape_structural
+from aotui.protocol.codec import PROTOCOL_VERSION, Codec, decode, encode
+from aotui.protocol.commands import Action, ArgValues, Command
+from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
+from aotui.protocol.grammar import parse_commands
+from aotui.protocol.structure import STRUCTURAL_TAGS, contains_structural, escape_structural
 
 __all__ = [
     "EXIT_NO_DESKTOP",

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from protocol.errors import AotuiError, ErrorCode, invalid_cmd, show_value
+from aotui.protocol.errors import AotuiError, ErrorCode, invalid_cmd, show_value
 
 __all__ = [
     "SCALAR_TYPES",

@@ -46,9 +46,9 @@ from typing import Any, NoReturn
 
 import msgpack
 
-from protocol.errors import AotuiError, ErrorCode
-from protocol.frame_guard import FrameRefused, claims_fit, scan
-from protocol.messages import MESSAGE_TYPES, Message
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.frame_guard import FrameRefused, claims_fit, scan
+from aotui.protocol.messages import MESSAGE_TYPES, Message
 
 __all__ = ["PROTOCOL_VERSION", "Codec", "decode", "encode"]
 

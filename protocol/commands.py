@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from protocol.errors import invalid_cmd, show_value
+from aotui.protocol.errors import invalid_cmd, show_value
 
 __all__ = ["APP_ACTIONS", "ID_PATTERN", "VIEW_ACTIONS", "Action", "ArgValues", "Command"]
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from protocol.commands import ID_PATTERN, Action, ArgValues, Command
-from protocol.errors import AotuiError, invalid_cmd
+from aotui.protocol.commands import ID_PATTERN, Action, ArgValues, Command
+from aotui.protocol.errors import AotuiError, invalid_cmd
 
 __all__ = ["COMMAND_FORMS", "parse_commands"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 import struct
 
-from protocol import codec
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import Message
+from aotui.protocol import codec
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import Message
 
 __all__ = ["MAX_STREAM_FRAME", "FrameReader", "write_frame"]
 

@@ -8,11 +8,11 @@
 - :mod:`sandbox.confine` — confinement applied before the app's first line, layer by layer:
   ``policy`` (what the supervisor grants), ``cgroups``, ``namespaces``, ``rlimits``, ``landlock``,
   ``seccomp``, on ``linux`` (the ctypes calls); ``probe`` says which layers a machine allows
-  (``python -m sandbox.probe``). See ``docs/sandbox.md``.
+  (``python -m aotui.sandbox.probe``). See ``docs/sandbox.md``.
 """
 
-from sandbox.render import RenderedView, ViewLink, render_view
-from sandbox.sdk import App, OperationCall, Timer, View, operation
+from aotui.sandbox.render import RenderedView, ViewLink, render_view
+from aotui.sandbox.sdk import App, OperationCall, Timer, View, operation
 
 __all__ = [
     "App",

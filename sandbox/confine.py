@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox import cgroups, landlock, namespaces, rlimits, seccomp
-from sandbox.linux import set_no_new_privs
-from sandbox.policy import Policy, default_runtime_read
+from aotui.sandbox import cgroups, landlock, namespaces, rlimits, seccomp
+from aotui.sandbox.linux import set_no_new_privs
+from aotui.sandbox.policy import Policy, default_runtime_read
 
 __all__ = [
     "KEPT_ENV",

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from lxml.etree import _Element as Element
 
-from sandbox.flow import collapse
+from aotui.sandbox.flow import collapse
 
 __all__ = ["control", "input_text", "select_text"]
 

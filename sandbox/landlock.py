@@ -18,7 +18,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sandbox.linux import syscall
+from aotui.sandbox.linux import syscall
 
 __all__ = [
     "READ",

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from lxml.etree import _Element as Element
 
-from sandbox.controls import input_text, select_text, textarea_text
-from sandbox.flow import (
+from aotui.sandbox.controls import input_text, select_text, textarea_text
+from aotui.sandbox.flow import (
     BR,
     DROPPED,
     Flow,
@@ -27,7 +27,7 @@ from sandbox.flow import (
     safe_href,
     take_label,
 )
-from sandbox.tables import TablesMixin
+from aotui.sandbox.tables import TablesMixin
 
 __all__ = ["MarkdownRenderer"]
 

@@ -12,10 +12,10 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import OperationSpec
-from protocol.structure import escape_structural
-from sandbox.flow import link_label
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import OperationSpec
+from aotui.protocol.structure import escape_structural
+from aotui.sandbox.flow import link_label
 
 __all__ = [
     "MAX_VALUE_BYTES",

@@ -15,7 +15,7 @@ import ctypes
 import os
 from collections.abc import Iterator
 
-from sandbox.linux import check, libc, prctl, unshare
+from aotui.sandbox.linux import check, libc, prctl, unshare
 
 __all__ = [
     "CLONE_NEWIPC",

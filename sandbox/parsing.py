@@ -9,8 +9,8 @@ from __future__ import annotations
 from lxml import etree
 from lxml.etree import _Element as Element
 
-from protocol.errors import AotuiError
-from sandbox.marks import fault
+from aotui.protocol.errors import AotuiError
+from aotui.sandbox.marks import fault
 
 __all__ = ["no_root", "parse_document"]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox import landlock
+from aotui.sandbox import landlock
 
 __all__ = ["DEFAULT_LIMITS", "Policy", "default_runtime_read"]
 

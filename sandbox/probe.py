@@ -4,7 +4,7 @@
 policy) and reports each layer as available or not, with the kernel's reason. As root it also
 forks one that first drops to ``nobody``, to show what an unprivileged user of this machine gets,
 and checks that a per-app uid can read the interpreter's trees (a Python installed under a 0700
-home directory cannot be read once a worker has dropped its uid). ``python -m sandbox.probe``
+home directory cannot be read once a worker has dropped its uid). ``python -m aotui.sandbox.probe``
 prints the result as JSON.
 """
 
@@ -20,10 +20,10 @@ import sys
 import time
 from typing import Any
 
-from sandbox import cgroups, landlock
-from sandbox.confine import apply_layers, required_layers
-from sandbox.linux import prctl
-from sandbox.policy import Policy
+from aotui.sandbox import cgroups, landlock
+from aotui.sandbox.confine import apply_layers, required_layers
+from aotui.sandbox.linux import prctl
+from aotui.sandbox.policy import Policy
 
 __all__ = ["LAYERS", "probe"]
 

@@ -23,10 +23,10 @@ from typing import Any, cast
 
 from lxml.etree import _Element as Element
 
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import OperationSpec
-from protocol.structure import escape_structural
-from sandbox.flow import (
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import OperationSpec
+from aotui.protocol.structure import escape_structural
+from aotui.sandbox.flow import (
     DROPPED,
     Block,
     Flow,
@@ -37,9 +37,9 @@ from sandbox.flow import (
     item_lines,
     link_label,
 )
-from sandbox.flow import take_label as _take_label
-from sandbox.markdown import MarkdownRenderer
-from sandbox.marks import (
+from aotui.sandbox.flow import take_label as _take_label
+from aotui.sandbox.markdown import MarkdownRenderer
+from aotui.sandbox.marks import (
     entity_spec,
     fault,
     link_key,
@@ -49,7 +49,7 @@ from sandbox.marks import (
     operation_lines,
     parse_value,
 )
-from sandbox.parsing import no_root, parse_document
+from aotui.sandbox.parsing import no_root, parse_document
 
 __all__ = ["RenderedView", "ViewLink", "render_view"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import resource
 from collections.abc import Mapping
 
-from sandbox.linux import libc
+from aotui.sandbox.linux import libc
 
 __all__ = [
     "ADDRESS_SPACE_BASE_MB",

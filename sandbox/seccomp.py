@@ -30,7 +30,7 @@ import functools
 import struct
 from collections.abc import Iterator
 
-from sandbox.linux import MACHINE, syscall
+from aotui.sandbox.linux import MACHINE, syscall
 
 __all__ = ["DENIED", "GUARDED", "SYSCALLS", "build_filter", "install"]
 

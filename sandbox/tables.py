@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from lxml.etree import _Element as Element
 
-from sandbox.flow import DROPPED, Flow, assemble, table_lines
+from aotui.sandbox.flow import DROPPED, Flow, assemble, table_lines
 
 __all__ = ["TablesMixin"]
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import zmq
 
-from protocol import codec
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import (
+from aotui.protocol import codec
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import (
     Ack,
     AppState,
     ChildLink,
@@ -51,9 +51,9 @@ from protocol.messages import (
     Start,
     ViewFragment,
 )
-from sandbox.confine import confine
-from sandbox.render import render_view
-from sandbox.sdk import App, OperationCall, View
+from aotui.sandbox.confine import confine
+from aotui.sandbox.render import render_view
+from aotui.sandbox.sdk import App, OperationCall, View
 
 __all__ = ["PROTOCOL", "WorkerLoop", "run_worker"]
 

@@ -1,9 +1,9 @@
 """The zygote: a clean, pre-loaded process that forks workers (the Android/Chromium pattern).
 
-The supervisor starts it with ``python -m sandbox.zygote FD PARENT_PID`` where ``FD`` is its end of
-a Unix socketpair. It imports everything a worker needs (pyzmq, msgpack, lxml, the renderer, the
-SDK) but never creates a ZeroMQ context or a thread, so forking it is safe and a worker starts in a
-few milliseconds instead of the ~100 ms of a fresh interpreter.
+The supervisor starts it with ``python -m aotui.sandbox.zygote FD PARENT_PID`` where ``FD`` is its
+end of a Unix socketpair. It imports everything a worker needs (pyzmq, msgpack, lxml, the renderer,
+the SDK) but never creates a ZeroMQ context or a thread, so forking it is safe and a worker starts
+in a few milliseconds instead of the ~100 ms of a fresh interpreter.
 
 Frames on the socketpair are ``<u32 length><codec frame>``. The supervisor sends
 :class:`~protocol.messages.Launch`; the zygote answers :class:`~protocol.messages.Launched` and,
@@ -30,10 +30,10 @@ import lxml.html  # noqa: F401  -- pre-loaded so workers do not pay for the impo
 import msgpack  # noqa: F401
 import zmq  # noqa: F401
 
-from protocol.errors import AotuiError
-from protocol.messages import Exited, Launch, Launched, Message
-from protocol.stream import FrameReader, write_frame
-from sandbox import cgroups, render, sdk, worker  # noqa: F401
+from aotui.protocol.errors import AotuiError
+from aotui.protocol.messages import Exited, Launch, Launched, Message
+from aotui.protocol.stream import FrameReader, write_frame
+from aotui.sandbox import cgroups, render, sdk, worker  # noqa: F401
 
 #: Standard-library modules apps commonly use, imported once here and shared copy-on-write by every
 #: worker. Beyond speed, this matters when Python lives under a directory a per-app uid cannot

@@ -11,9 +11,9 @@
 - :mod:`supervisor.client` — ``Client``, the Python API; :mod:`supervisor.cli` — ``aotui``.
 """
 
-from supervisor.client import Client, DesktopUnavailable
-from supervisor.config import DesktopConfig, load_config
-from supervisor.manifest import Manifest, load_manifest
+from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.config import DesktopConfig, load_config
+from aotui.supervisor.manifest import Manifest, load_manifest
 
 __all__ = [
     "Client",

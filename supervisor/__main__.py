@@ -2,6 +2,6 @@
 
 import sys
 
-from supervisor.cli import main
+from aotui.supervisor.cli import main
 
 sys.exit(main())

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.manifest import Manifest
-from supervisor.restart import RestartTracker
-from supervisor.view_tree import ViewTree
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.manifest import Manifest
+from aotui.supervisor.restart import RestartTracker
+from aotui.supervisor.view_tree import ViewTree
 
 if TYPE_CHECKING:
-    from supervisor.worker_handle import WorkerHandle
+    from aotui.supervisor.worker_handle import WorkerHandle
 
 __all__ = ["TRANSITIONS", "AppRecord", "AppStatus"]
 

@@ -25,8 +25,8 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import (
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import (
     Exited,
     FragmentUpdate,
     HttpCall,
@@ -37,15 +37,15 @@ from protocol.messages import (
     Shutdown,
     Start,
 )
-from supervisor.app_logs import AppLog
-from supervisor.app_record import AppRecord, AppStatus
-from supervisor.config import DesktopConfig
-from supervisor.http_broker import HttpRequest, fetch, policy_from_permissions
-from supervisor.launcher import ZygoteLauncher
-from supervisor.paths import DesktopPaths, app_log_dir
-from supervisor.view_tree import ViewTree
-from supervisor.watchdog import Watchdog
-from supervisor.worker_handle import LOG_LINES_PER_S, WorkerHandle, describe_exit
+from aotui.supervisor.app_logs import AppLog
+from aotui.supervisor.app_record import AppRecord, AppStatus
+from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.http_broker import HttpRequest, fetch, policy_from_permissions
+from aotui.supervisor.launcher import ZygoteLauncher
+from aotui.supervisor.paths import DesktopPaths, app_log_dir
+from aotui.supervisor.view_tree import ViewTree
+from aotui.supervisor.watchdog import Watchdog
+from aotui.supervisor.worker_handle import LOG_LINES_PER_S, WorkerHandle, describe_exit
 
 __all__ = ["AppRunner"]
 

@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
-from supervisor.app_logs import log_files
-from supervisor.client import Client, DesktopUnavailable
-from supervisor.config import load_config
-from supervisor.launcher import prestart
-from supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
-from supervisor.reports import format_doctor, format_status
-from supervisor.store import DesktopStore, aside, describe_store, repair
+from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
+from aotui.supervisor.app_logs import log_files
+from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.config import load_config
+from aotui.supervisor.launcher import prestart
+from aotui.supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
+from aotui.supervisor.reports import format_doctor, format_status
+from aotui.supervisor.store import DesktopStore, aside, describe_store, repair
 
 __all__ = ["main"]
 
@@ -80,7 +80,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         DesktopStore(store_path(config.desktop)).close()  # a damaged store fails here, clearly
     if args.detach:
         paths.create()
-        command = [sys.executable, "-m", "supervisor", "up", "--desktop", config.desktop]
+        command = [sys.executable, "-m", "aotui.supervisor", "up", "--desktop", config.desktop]
         if args.config:
             command += ["--config", args.config]
         if args.socket:
@@ -108,7 +108,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     paths.create()
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
     prestart(os.open(paths.log, flags, 0o600))
-    from supervisor.server import Supervisor
+    from aotui.supervisor.server import Supervisor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print(f"desktop {config.desktop!r} serving at {paths.root} (pid {os.getpid()})", flush=True)
@@ -262,7 +262,7 @@ def cmd_say(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Live inspector: redraw the snapshot on every signal, with the status table."""
-    from supervisor.watch import watch
+    from aotui.supervisor.watch import watch
 
     with _client(args) as client:
         return watch(client, args.max_updates, args.json)
@@ -271,7 +271,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Which confinement layers this machine and user can apply (no desktop needed)."""
     probe = subprocess.run(
-        [sys.executable, "-m", "sandbox.probe"],
+        [sys.executable, "-m", "aotui.sandbox.probe"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -286,7 +286,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """A scripted agent session on the bundled apps."""
-    from supervisor.demo import run_demo
+    from aotui.supervisor.demo import run_demo
 
     return run_demo(json_output=args.json)
 

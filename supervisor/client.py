@@ -24,10 +24,10 @@ from typing import Any
 
 import zmq
 
-from protocol import codec
-from protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
-from protocol.messages import ErrorReply, Reply, Request, Signal
-from supervisor.paths import DesktopPaths
+from aotui.protocol import codec
+from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
+from aotui.protocol.messages import ErrorReply, Reply, Request, Signal
+from aotui.supervisor.paths import DesktopPaths
 
 __all__ = ["Client", "DesktopUnavailable"]
 

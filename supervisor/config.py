@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.restart import RestartPolicy
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.restart import RestartPolicy
 
 __all__ = ["BUNDLED_APPS_DIR", "DesktopConfig", "Limits", "load_config"]
 

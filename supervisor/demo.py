@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.client import Client, DesktopUnavailable
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.client import Client, DesktopUnavailable
 
 __all__ = ["run_demo"]
 
@@ -118,7 +118,7 @@ def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _
         command = [
             sys.executable,
             "-m",
-            "supervisor",
+            "aotui.supervisor",
             "up",
             "--desktop",
             "demo",

@@ -19,25 +19,25 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from protocol.args import ResolvedRef, coerce_args, parse_arg_schema, parse_ref
-from protocol.commands import Action, Command
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import (
+from aotui.protocol.args import ResolvedRef, coerce_args, parse_arg_schema, parse_ref
+from aotui.protocol.commands import Action, Command
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import (
     Ack,
     Dismount,
     Mount,
     Operation,
     ViewFragment,
 )
-from supervisor.app_record import AppRecord, AppStatus
-from supervisor.app_runner import AppRunner
-from supervisor.config import DesktopConfig
-from supervisor.manifest import Manifest, load_manifest
-from supervisor.paths import DesktopPaths, store_path
-from supervisor.registry import SnapshotRegistry
-from supervisor.snapshot import RefTable, Snapshot, build_snapshot
-from supervisor.state import AppEntry, DesktopState
-from supervisor.store import DesktopStore
+from aotui.supervisor.app_record import AppRecord, AppStatus
+from aotui.supervisor.app_runner import AppRunner
+from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.manifest import Manifest, load_manifest
+from aotui.supervisor.paths import DesktopPaths, store_path
+from aotui.supervisor.registry import SnapshotRegistry
+from aotui.supervisor.snapshot import RefTable, Snapshot, build_snapshot
+from aotui.supervisor.state import AppEntry, DesktopState
+from aotui.supervisor.store import DesktopStore
 
 __all__ = ["Desktop"]
 

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote, urljoin, urlsplit
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.manifest import Permission
-from supervisor.net_policy import IPAddress, address_refusal, host_allowed, normalise_host
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.manifest import Permission
+from aotui.supervisor.net_policy import IPAddress, address_refusal, host_allowed, normalise_host
 
 __all__ = [
     "MAX_REQUEST_BODY",

@@ -16,12 +16,11 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO, Any
 
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import Exited, Launch, Launched, Message
-from protocol.stream import FrameReader, write_frame
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import Exited, Launch, Launched, Message
+from aotui.protocol.stream import FrameReader, write_frame
 
 __all__ = ["ZygoteLauncher"]
 
@@ -32,15 +31,12 @@ _prestarted: tuple[subprocess.Popen[bytes], socket.socket] | None = None
 
 def _spawn(log: IO[bytes] | int | None) -> tuple[subprocess.Popen[bytes], socket.socket]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    root = str(Path(__file__).resolve().parent.parent)
-    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     process = subprocess.Popen(
-        [sys.executable, "-m", "sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
+        [sys.executable, "-m", "aotui.sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
         pass_fds=(theirs.fileno(),),
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
-        env={**os.environ, "PYTHONPATH": path},
     )
     theirs.close()
     return process, ours

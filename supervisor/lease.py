@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.registry import Clock
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.registry import Clock
 
 __all__ = ["InputLease"]
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.restart import RestartPolicy
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.restart import RestartPolicy
 
 __all__ = ["MANIFEST_NAME", "Manifest", "Permission", "load_manifest", "parse_permission"]
 

@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode
 
 __all__ = ["DesktopPaths", "app_log_dir", "base_dir", "data_home", "secure_dir", "store_path"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode
 
 __all__ = ["Clock", "SnapshotRegistry"]
 

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.registry import Clock
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.registry import Clock
 
 __all__ = ["RestartDecision", "RestartMode", "RestartPolicy", "RestartTracker"]
 

@@ -26,18 +26,18 @@ import psutil
 import zmq
 import zmq.asyncio
 
-from protocol import codec
-from protocol.commands import Command
-from protocol.errors import AotuiError, ErrorCode
-from protocol.grammar import parse_commands
-from protocol.messages import Ack, ErrorReply, Operation, Reply, Request, Signal
-from supervisor.app_record import AppRecord
-from supervisor.config import DesktopConfig
-from supervisor.desktop import Desktop
-from supervisor.lease import InputLease
-from supervisor.paths import DesktopPaths
-from supervisor.snapshot import RefTable
-from supervisor.throttle import SignalThrottle
+from aotui.protocol import codec
+from aotui.protocol.commands import Command
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.grammar import parse_commands
+from aotui.protocol.messages import Ack, ErrorReply, Operation, Reply, Request, Signal
+from aotui.supervisor.app_record import AppRecord
+from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.desktop import Desktop
+from aotui.supervisor.lease import InputLease
+from aotui.supervisor.paths import DesktopPaths
+from aotui.supervisor.snapshot import RefTable
+from aotui.supervisor.throttle import SignalThrottle
 
 __all__ = ["Supervisor"]
 

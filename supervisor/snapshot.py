@@ -11,11 +11,11 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from protocol.messages import ViewFragment
-from protocol.structure import escape_structural
-from supervisor.app_record import AppRecord, AppStatus
-from supervisor.instructions import SYSTEM_INSTRUCTIONS
-from supervisor.view_tree import attribute_text
+from aotui.protocol.messages import ViewFragment
+from aotui.protocol.structure import escape_structural
+from aotui.supervisor.app_record import AppRecord, AppStatus
+from aotui.supervisor.instructions import SYSTEM_INSTRUCTIONS
+from aotui.supervisor.view_tree import attribute_text
 
 __all__ = ["RefTable", "Snapshot", "build_snapshot", "format_time", "link_label"]
 

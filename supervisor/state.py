@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode
 
 __all__ = ["FORMAT", "MIGRATIONS", "VERSION", "AppEntry", "DesktopState"]
 

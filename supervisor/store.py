@@ -24,10 +24,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from protocol import codec
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import AppState
-from supervisor.state import VERSION, AppEntry, DesktopState
+from aotui.protocol import codec
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import AppState
+from aotui.supervisor.state import VERSION, AppEntry, DesktopState
 
 __all__ = ["SCHEMA_VERSION", "DesktopStore", "StoreCorrupt", "aside", "describe_store", "repair"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from supervisor.registry import Clock
+from aotui.supervisor.registry import Clock
 
 __all__ = ["SignalThrottle"]
 

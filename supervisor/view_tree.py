@@ -12,9 +12,9 @@ import re
 from collections import deque
 from dataclasses import dataclass
 
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import FragmentUpdate, ViewFragment
-from protocol.structure import escape_structural
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import FragmentUpdate, ViewFragment
+from aotui.protocol.structure import escape_structural
 
 __all__ = ["TreeNode", "ViewTree", "attribute_text"]
 

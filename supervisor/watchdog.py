@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from supervisor.registry import Clock
+from aotui.supervisor.registry import Clock
 
 __all__ = ["PRECISE_ABOVE", "Violation", "Watchdog", "WatchedWorker"]
 

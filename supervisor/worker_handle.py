@@ -19,9 +19,9 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from protocol import codec
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import (
+from aotui.protocol import codec
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import (
     Ack,
     AppState,
     ErrorReply,

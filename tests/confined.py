@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.cgroups import remove_cgroups
-from sandbox.confine import confine
+from aotui.sandbox.cgroups import remove_cgroups
+from aotui.sandbox.confine import confine
 
 ROOT = os.geteuid() == 0
 #: The per-app uid root workers drop to in these tests.
@@ -80,7 +80,7 @@ class Tree:
 
 
 APP_SOURCE = """
-from sandbox.sdk import App, View
+from aotui.sandbox.sdk import App, View
 
 
 class Main(View):

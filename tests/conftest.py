@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.client import Client, DesktopUnavailable
 
 TEST_APPS = Path(__file__).parent / "apps"
 BUNDLED_APPS = Path(__file__).parent.parent / "apps"
@@ -120,7 +120,7 @@ def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
             [
                 sys.executable,
                 "-m",
-                "supervisor",
+                "aotui.supervisor",
                 "up",
                 "--desktop",
                 name,

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.client import Client
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.client import Client
 
 #: The apps a soak desktop runs (test apps and bundled ones).
 SOAK_APPS = ["system/chat", "echo", "crashy", "lister"]

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from supervisor.app_logs import AppLog, log_files
+from aotui.supervisor.app_logs import AppLog, log_files
 from tests.conftest import RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]
@@ -62,7 +62,7 @@ def test_aotui_logs_shows_an_apps_output(start_desktop: Start, private_home: Pat
 
     def logged() -> str | None:
         result = subprocess.run(
-            [sys.executable, "-m", "supervisor", "logs", "app_0", *where],
+            [sys.executable, "-m", "aotui.supervisor", "logs", "app_0", *where],
             capture_output=True,
             text=True,
             timeout=30,
@@ -74,7 +74,7 @@ def test_aotui_logs_shows_an_apps_output(start_desktop: Start, private_home: Pat
     assert isinstance(text, str)
     assert "out: hi there" in text
     by_id = subprocess.run(
-        [sys.executable, "-m", "supervisor", "logs", "test.crashy", *where],
+        [sys.executable, "-m", "aotui.supervisor", "logs", "test.crashy", *where],
         capture_output=True,
         text=True,
         timeout=30,
@@ -82,7 +82,7 @@ def test_aotui_logs_shows_an_apps_output(start_desktop: Start, private_home: Pat
     )
     assert "out: hi there" in by_id.stdout
     missing = subprocess.run(
-        [sys.executable, "-m", "supervisor", "logs", "app_9", *where],
+        [sys.executable, "-m", "aotui.supervisor", "logs", "app_9", *where],
         capture_output=True,
         text=True,
         timeout=30,

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from protocol import codec
-from protocol.messages import Ack
-from sandbox.render import RenderedView, render_view
-from sandbox.sdk import App, OperationCall, View
-from sandbox.worker import load_app
-from supervisor.manifest import load_manifest
+from aotui.protocol import codec
+from aotui.protocol.messages import Ack
+from aotui.sandbox.render import RenderedView, render_view
+from aotui.sandbox.sdk import App, OperationCall, View
+from aotui.sandbox.worker import load_app
+from aotui.supervisor.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 APPS = REPO / "apps"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from protocol.args import (
+from aotui.protocol.args import (
     ArgSchema,
     CoercedArgs,
     Param,
@@ -15,9 +15,9 @@ from protocol.args import (
     parse_arg_schema,
     parse_ref,
 )
-from protocol.commands import Action, ArgValues, Command
-from protocol.errors import AotuiError, ErrorCode
-from protocol.grammar import parse_commands
+from aotui.protocol.commands import Action, ArgValues, Command
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.grammar import parse_commands
 
 REPLY = parse_arg_schema('{"message_to_be_replied": "message", "content": "string"}')
 

@@ -23,7 +23,7 @@ def aotui(
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would."""
     return subprocess.run(
-        [sys.executable, "-m", "supervisor", *args],
+        [sys.executable, "-m", "aotui.supervisor", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -13,11 +13,11 @@ from typing import Any, ClassVar
 import msgpack
 import pytest
 
-import protocol.codec as codec_module
-from protocol import frame_guard
-from protocol.codec import PROTOCOL_VERSION, Codec, decode, encode
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import (
+import aotui.protocol.codec as codec_module
+from aotui.protocol import frame_guard
+from aotui.protocol.codec import PROTOCOL_VERSION, Codec, decode, encode
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import (
     MESSAGE_TYPES,
     Ack,
     AppState,

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import frame_guard
-from protocol.codec import PROTOCOL_VERSION, decode, encode
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import MESSAGE_TYPES, Exited, Message
+from aotui.protocol import frame_guard
+from aotui.protocol.codec import PROTOCOL_VERSION, decode, encode
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import MESSAGE_TYPES, Exited, Message
 from tests.test_codec import EXAMPLES
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

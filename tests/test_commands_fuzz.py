@@ -8,10 +8,10 @@ from typing import Any, TypeVar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.args import coerce_args, parse_arg_schema, parse_ref
-from protocol.commands import Command
-from protocol.errors import AotuiError, ErrorCode
-from protocol.grammar import parse_commands
+from aotui.protocol.args import coerce_args, parse_arg_schema, parse_ref
+from aotui.protocol.commands import Command
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.grammar import parse_commands
 
 FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The argument and structured-form checks have smaller input spaces; fewer runs keep the file quick.

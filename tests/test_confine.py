@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import namespaces, seccomp
-from sandbox.confine import KEPT_ENV
-from sandbox.linux import MACHINE, syscall
+from aotui.sandbox import namespaces, seccomp
+from aotui.sandbox.confine import KEPT_ENV
+from aotui.sandbox.linux import MACHINE, syscall
 from tests.confined import (
     MODES,
     ROOT,

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 import zmq
 
-from sandbox import cgroups, landlock, rlimits, seccomp
-from sandbox.confine import ConfinementError, required_layers
-from sandbox.linux import set_no_new_privs
-from sandbox.policy import Policy
-from sandbox.probe import probe
-from sandbox.render import render_view
-from sandbox.worker import load_app
+from aotui.sandbox import cgroups, landlock, rlimits, seccomp
+from aotui.sandbox.confine import ConfinementError, required_layers
+from aotui.sandbox.linux import set_no_new_privs
+from aotui.sandbox.policy import Policy
+from aotui.sandbox.probe import probe
+from aotui.sandbox.render import render_view
+from aotui.sandbox.worker import load_app
 from tests.confined import APP, MODES, ROOT, Tree, make_tree, run_confined
 
 root_only = pytest.mark.skipif(not ROOT, reason="needs root (cgroups, per-app uid)")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import psutil
 import pytest
 
-from protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]

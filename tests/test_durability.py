@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.state import FORMAT, VERSION, AppEntry, DesktopState
-from supervisor.store import DesktopStore, StoreCorrupt, repair
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.state import FORMAT, VERSION, AppEntry, DesktopState
+from aotui.supervisor.store import DesktopStore, StoreCorrupt, repair
 from tests.conftest import RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]
@@ -135,7 +135,7 @@ def test_damaged_store_is_reported_never_reset(tmp_path: Path, private_home: Pat
         [
             sys.executable,
             "-m",
-            "supervisor",
+            "aotui.supervisor",
             "up",
             "--desktop",
             "broken",
@@ -154,7 +154,7 @@ def test_damaged_store_is_reported_never_reset(tmp_path: Path, private_home: Pat
     assert "--fresh" in up.stderr
     assert store_file.read_bytes().startswith(b"SQLite format 3")  # untouched
     listed = subprocess.run(
-        [sys.executable, "-m", "supervisor", "desktops"],
+        [sys.executable, "-m", "aotui.supervisor", "desktops"],
         capture_output=True,
         text=True,
         timeout=30,

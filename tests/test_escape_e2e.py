@@ -37,9 +37,9 @@ from typing import Any
 import psutil
 import pytest
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.client import Client, DesktopUnavailable
-from supervisor.instructions import SYSTEM_INSTRUCTIONS
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.instructions import SYSTEM_INSTRUCTIONS
 from tests.conftest import TEST_APPS, RunningDesktop, write_config
 
 Start = Callable[..., RunningDesktop]
@@ -446,7 +446,7 @@ def test_desktop_sockets_and_processes_are_out_of_reach(start_desktop: Start, gr
     worker = row(client, "app_0")["pid"]
     echo = row(client, "app_1")["pid"]
     zygote = psutil.Process(worker).ppid()
-    assert "sandbox.zygote" in " ".join(psutil.Process(zygote).cmdline())
+    assert "aotui.sandbox.zygote" in " ".join(psutil.Process(zygote).cmdline())
     core_limit = psutil.Process(supervisor).rlimit(psutil.RLIMIT_CORE)
     root = desktop.runtime / desktop.name
     echo_channel = next((root / "workers").glob("app_1-*.sock"))
@@ -933,7 +933,7 @@ def desktop_as_nobody(base: Path, apps: list[str]) -> Iterator[RunningDesktop]:
             [
                 sys.executable,
                 "-m",
-                "supervisor",
+                "aotui.supervisor",
                 "up",
                 "--desktop",
                 "nb",

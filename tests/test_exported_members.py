@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "protocol": {
+    "aotui.protocol": {
         "EXIT_NO_DESKTOP",
         "PROTOCOL_VERSION",
         "STRUCTURAL_TAGS",
@@ -31,7 +31,7 @@ PUBLIC = {
         "parse_commands",
         "parse_ref",
     },
-    "sandbox": {
+    "aotui.sandbox": {
         "App",
         "OperationCall",
         "RenderedView",
@@ -41,7 +41,7 @@ PUBLIC = {
         "operation",
         "render_view",
     },
-    "supervisor": {
+    "aotui.supervisor": {
         "Client",
         "DesktopConfig",
         "DesktopUnavailable",
@@ -61,8 +61,8 @@ def test_exports(package: str) -> None:
 
 
 def test_names_the_issue_promises() -> None:
-    from protocol import AotuiError, Command, ErrorCode, parse_commands
-    from sandbox.render import render_view
+    from aotui.protocol import AotuiError, Command, ErrorCode, parse_commands
+    from aotui.sandbox.render import render_view
 
     assert callable(parse_commands)
     assert callable(render_view)

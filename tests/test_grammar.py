@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
-from protocol.commands import Action, ArgValues, Command
-from protocol.errors import AotuiError, ErrorCode
-from protocol.grammar import COMMAND_FORMS, parse_commands
+from aotui.protocol.commands import Action, ArgValues, Command
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.grammar import COMMAND_FORMS, parse_commands
 
 EXEC = '<context app_id="app_0" view_id="view_3">{}</context>'
 VIEW = '<context app_id="app_0">{}</context>'

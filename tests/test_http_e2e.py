@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode
 from tests.conftest import RunningDesktop
 
 Start = Callable[..., RunningDesktop]

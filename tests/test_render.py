@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from protocol.errors import AotuiError, ErrorCode
-from protocol.messages import OperationSpec
-from sandbox.render import RenderedView, ViewLink, render_view
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import OperationSpec
+from aotui.sandbox.render import RenderedView, ViewLink, render_view
 
 
 def view(body: str, **attrs: str) -> RenderedView:
@@ -32,9 +32,9 @@ def body_error(body: str) -> str:
 
 
 def test_exports() -> None:
-    import sandbox.render
+    import aotui.sandbox.render
 
-    assert sorted(sandbox.render.__all__) == ["RenderedView", "ViewLink", "render_view"]
+    assert sorted(aotui.sandbox.render.__all__) == ["RenderedView", "ViewLink", "render_view"]
 
 
 # --- the view root --------------------------------------------------------------------------

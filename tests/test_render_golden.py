@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.render import ViewLink, render_view
+from aotui.sandbox.render import ViewLink, render_view
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("AOTUI_UPDATE_GOLDEN") == "1"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.config import DesktopConfig
-from supervisor.restart import RestartMode, RestartPolicy, RestartTracker
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.restart import RestartMode, RestartPolicy, RestartTracker
 from tests.test_supervisor_units import FakeClock
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode
 from tests.conftest import RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 
 class Plain(View):

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import AotuiError, ErrorCode
-from protocol.structure import STRUCTURAL_TAGS, contains_structural, escape_structural
-from sandbox.render import RenderedView, render_view
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.structure import STRUCTURAL_TAGS, contains_structural, escape_structural
+from aotui.sandbox.render import RenderedView, render_view
 
 # Written independently of the implementation: what a reader could take for a structural tag.
 FORGED = re.compile(r"<\s*/?\s*(desktop|application_info|application|view|context)\b", re.I)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import AotuiError, ErrorCode
-from supervisor.config import DesktopConfig, Limits, load_config
-from supervisor.lease import InputLease
-from supervisor.manifest import load_manifest, parse_permission
-from supervisor.registry import SnapshotRegistry
-from supervisor.throttle import SignalThrottle
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.config import DesktopConfig, Limits, load_config
+from aotui.supervisor.lease import InputLease
+from aotui.supervisor.manifest import load_manifest, parse_permission
+from aotui.supervisor.registry import SnapshotRegistry
+from aotui.supervisor.throttle import SignalThrottle
 
 
 class FakeClock:

@@ -19,7 +19,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 #: The manifest this app reads its ``fs:read`` grant from.
 MANIFEST = Path(__file__).with_name("aoapp.json")

@@ -13,7 +13,7 @@ import time
 from html import escape
 from typing import Any
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 #: Longest preview line shown in the list.
 PREVIEW_CHARS = 80

@@ -11,7 +11,7 @@ import time
 from html import escape
 from typing import Any
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 AGENT = "Agent"
 

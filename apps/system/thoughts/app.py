@@ -12,7 +12,7 @@ import time
 from html import escape
 from typing import Any
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 #: How many thoughts are kept; recording one more drops the oldest.
 MAX_THOUGHTS = 200

@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 
 class CrashyView(View):

@@ -1,6 +1,6 @@
 """A no-op app: its operation returns at once (used for round-trip benchmarks)."""
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 
 class EchoView(View):

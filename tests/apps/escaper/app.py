@@ -18,7 +18,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 #: The tree the manifest grants for reading and writing (the test creates it, mode 0777).
 GRANT = "/tmp/aotui-escape-grant"
@@ -297,8 +297,8 @@ def zmq_control(path: str) -> str:
     """Speak the client protocol to the desktop's control socket from a context of our own."""
     import zmq
 
-    from protocol import codec
-    from protocol.messages import Request
+    from aotui.protocol import codec
+    from aotui.protocol.messages import Request
 
     context = zmq.Context()
     try:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import msgpack
 import zmq
 
-from protocol import codec
-from protocol.messages import (
+from aotui.protocol import codec
+from aotui.protocol.messages import (
     Ack,
     ChildLink,
     Exited,
@@ -31,7 +31,7 @@ from protocol.messages import (
     Request,
     ViewFragment,
 )
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 #: Text that would close the forger's block and open one that looks like another app's.
 FORGED = (

@@ -3,7 +3,7 @@
 import json
 from html import escape
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 
 class ListView(View):

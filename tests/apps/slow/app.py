@@ -2,7 +2,7 @@
 
 import time
 
-from sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 
 class SlowView(View):

@@ -1,6 +1,6 @@
 """An app that changes on its own, every 10 ms, for signal throttling tests."""
 
-from sandbox.sdk import App, View
+from aotui.sandbox.sdk import App, View
 
 
 class TickView(View):
