@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 
@@ -491,3 +492,21 @@ def test_error_codes_are_recoverable_invalid_cmd() -> None:
     error = fail("<context>nope</context>")
     assert error.recoverable
     assert error.to_dict()["data"]["token"] == "nope"
+
+
+def test_no_possessive_or_atomic_regex() -> None:
+    # CPython 3.11.0-3.11.4 (Debian 12 ships 3.11.2) match `*+`, `++`, `?+` and `(?>…)` wrongly
+    # beside a lookahead: every command failed as "never closed". Keep the grammar to plain
+    # quantifiers so it means the same on every supported interpreter.
+    import aotui.protocol.grammar as grammar
+
+    for name, value in vars(grammar).items():
+        if isinstance(value, re.Pattern):
+            pattern = re.sub(r"\\.|\[[^\]]*\]", "", value.pattern)  # escapes and classes
+            assert not re.search(r"[*+?}]\+|\(\?>", pattern), f"{name} uses a possessive form"
+
+
+def test_tag_right_after_bare_word() -> None:
+    # The shape 3.11.2 got wrong: a bare word running straight into the closing tag.
+    (command,) = parse_commands("<context>open --application app_2</context>")
+    assert (command.action, command.target) == (Action.OPEN_APPLICATION, "app_2")
