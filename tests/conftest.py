@@ -7,7 +7,10 @@ desktop started (supervisor, zygote, workers) is still alive afterwards.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -90,6 +93,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.timeout(seconds + 120))
+
+
+#: Every process a test starts inherits this variable with the test's own value, so teardown can
+#: find what it left behind even when it detached (``up --detach``) or outlived its parent.
+TEST_TAG = "AOTUI_TEST_TAG"
+_tags = itertools.count()
+
+
+def _tagged(tag: str, since: float) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["create_time"]):
+        if process.info["create_time"] < since or process.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get(TEST_TAG) == tag:
+                found.append(process)
+    return found
+
+
+def _describe(process: psutil.Process) -> str:
+    try:
+        return f"{process.pid} {' '.join(process.cmdline())}"
+    except psutil.Error:
+        return str(process.pid)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail a test that leaves a process running, after killing it (failed tests included)."""
+    tag = f"{os.getpid()}-{next(_tags)}"
+    since = time.time() - 1
+    monkeypatch.setenv(TEST_TAG, tag)
+    yield
+    leftovers = _tagged(tag, since)
+    if not leftovers:
+        return
+    _gone, alive = psutil.wait_procs(leftovers, timeout=5)
+    for process in alive:
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=5)
+    if alive:
+        described = [_describe(process) for process in alive]
+        pytest.fail(f"the test left processes running (now killed): {described}")
 
 
 @pytest.fixture(autouse=True)

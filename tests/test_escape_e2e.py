@@ -44,8 +44,9 @@ from tests.conftest import TEST_APPS, RunningDesktop, write_config
 
 Start = Callable[..., RunningDesktop]
 
-#: The tree the escaper's manifest grants for reading and writing (fixed: manifests are static).
-GRANT = Path("/tmp/aotui-escape-grant")
+#: The placeholder for the granted tree in the escaper's manifest and code; each test's copy of
+#: the app names its own tree instead, so concurrent runs never share one.
+GRANT_PLACEHOLDER = "/tmp/aotui-escape-grant"
 SECRET = "the user's secret: 7f3a9c\n"
 ROOT = os.geteuid() == 0
 NOBODY = 65534
@@ -212,9 +213,14 @@ def file_absent(path: Path) -> Callable[[], str | None]:
     return check
 
 
-def exec_traces() -> list[Path]:
+def exec_traces(grant: Path) -> list[Path]:
     """What a shell the escaper managed to run would have written into the grant."""
-    return sorted(GRANT.glob("exec-*"))
+    return sorted(grant.glob("exec-*"))
+
+
+def escaper_app(grant: Path) -> str:
+    """The test's own copy of the escaper app, whose manifest grants ``grant``."""
+    return str(grant.parent / "escaper")
 
 
 # --- fixtures -----------------------------------------------------------------------------------
@@ -222,14 +228,25 @@ def exec_traces() -> list[Path]:
 
 @pytest.fixture
 def grant() -> Iterator[Path]:
-    """The escaper's granted tree, writable by its per-app uid; removed afterwards."""
-    shutil.rmtree(GRANT, ignore_errors=True)
-    GRANT.mkdir()
-    GRANT.chmod(0o777)
+    """A granted tree of this test's own (mode 0777) and a copy of the escaper that names it.
+
+    Both live in a fresh 0755 directory under /tmp rather than in ``tmp_path``: the granted tree
+    must be reachable by the per-app uid through plain file permissions, as a user's would be.
+    """
+    base = Path(tempfile.mkdtemp(prefix="aotui-escape-", dir="/tmp"))
     try:
-        yield GRANT
+        base.chmod(0o755)
+        tree = base / "grant"
+        tree.mkdir()
+        tree.chmod(0o777)
+        app = Path(escaper_app(tree))
+        shutil.copytree(TEST_APPS / "escaper", app)
+        for name in ("aoapp.json", "app.py"):
+            source = app / name
+            source.write_text(source.read_text().replace(GRANT_PLACEHOLDER, str(tree)))
+        yield tree
     finally:
-        shutil.rmtree(GRANT, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -291,7 +308,7 @@ def layer_problems(client: Client, app: str, expected: set[str]) -> list[str]:
 def test_filesystem_escapes_are_blocked_and_reported(
     start_desktop: Start, grant: Path, outside: Outside
 ) -> None:
-    desktop = start_desktop(["escaper"])
+    desktop = start_desktop([escaper_app(grant)])
     open_apps(desktop, 1)
     escaper = Escaper(desktop)
     client = desktop.client
@@ -333,7 +350,7 @@ def test_filesystem_escapes_are_blocked_and_reported(
     escaped = outside.base / "escaped.txt"
     escaper.denied("write", escaped, label="write (outside dir)", unchanged=file_absent(escaped))
     etc = Path("/etc/aotui-escaped")
-    app_dir_file = TEST_APPS / "escaper" / "escaped.txt"
+    app_dir_file = Path(escaper_app(grant)) / "escaped.txt"
     try:
         escaper.denied("write-etc", unchanged=file_absent(etc))
         escaper.denied("write-app-dir", unchanged=file_absent(app_dir_file))
@@ -348,15 +365,15 @@ def test_filesystem_escapes_are_blocked_and_reported(
 
 
 def test_exec_is_blocked_and_reported(start_desktop: Start, grant: Path) -> None:
-    desktop = start_desktop(["escaper"])
+    desktop = start_desktop([escaper_app(grant)])
     open_apps(desktop, 1)
     escaper = Escaper(desktop)
     worker = row(desktop.client, "app_0")["pid"]
 
     def no_shell_ran() -> str | None:
         time.sleep(0.05)  # a shell that did start has had time to write its trace
-        if exec_traces():
-            return f"a shell ran and wrote {exec_traces()}"
+        if exec_traces(grant):
+            return f"a shell ran and wrote {exec_traces(grant)}"
         now = row(desktop.client, "app_0")
         if now["pid"] != worker or now["restarts"] or now["state"] != "running":
             return f"the worker was replaced or died: {now}"
@@ -409,7 +426,7 @@ def listeners() -> Iterator[Listeners]:
 def test_network_is_blocked_and_reported(
     start_desktop: Start, grant: Path, listeners: Listeners
 ) -> None:
-    desktop = start_desktop(["escaper"])
+    desktop = start_desktop([escaper_app(grant)])
     open_apps(desktop, 1)
     escaper = Escaper(desktop)
     port = listeners.tcp.getsockname()[1]
@@ -438,7 +455,7 @@ def test_network_is_blocked_and_reported(
 
 
 def test_desktop_sockets_and_processes_are_out_of_reach(start_desktop: Start, grant: Path) -> None:
-    desktop = start_desktop(["escaper", "echo"])
+    desktop = start_desktop([escaper_app(grant), "echo"])
     open_apps(desktop, 2)
     client = desktop.client
     escaper = Escaper(desktop)
@@ -492,7 +509,7 @@ def test_desktop_sockets_and_processes_are_out_of_reach(start_desktop: Start, gr
         return None if now == core_limit else f"the supervisor's RLIMIT_CORE is now {now}"
 
     def not_mounted() -> str | None:
-        return f"{GRANT} is now a mount point" if os.path.ismount(GRANT) else None
+        return f"{grant} is now a mount point" if os.path.ismount(grant) else None
 
     try:
         for name in ("control.sock", "signals.sock"):
@@ -546,7 +563,7 @@ def test_desktop_sockets_and_processes_are_out_of_reach(start_desktop: Start, gr
 def test_fd_disk_and_memory_bombs_are_stopped_and_reported(
     start_desktop: Start, grant: Path
 ) -> None:
-    desktop = start_desktop(["escaper", "echo"])
+    desktop = start_desktop([escaper_app(grant), "echo"])
     open_apps(desktop, 2)
     client = desktop.client
     verdicts = Verdicts()
@@ -664,7 +681,7 @@ def fork_bomb(client: Client, verdicts: Verdicts) -> None:
 def test_fork_bomb_stops_at_the_pids_limit_and_leaves_nothing(
     start_desktop: Start, grant: Path
 ) -> None:
-    desktop = start_desktop(["escaper", "echo"])
+    desktop = start_desktop([escaper_app(grant), "echo"])
     open_apps(desktop, 2)
     verdicts = Verdicts()
     fork_bomb(desktop.client, verdicts)
@@ -920,9 +937,9 @@ def _nobody_cannot_use_python() -> str:
 
 
 @contextlib.contextmanager
-def desktop_as_nobody(base: Path, apps: list[str]) -> Iterator[RunningDesktop]:
+def desktop_as_nobody(base: Path, grant: Path, apps: list[str]) -> Iterator[RunningDesktop]:
     """A real desktop whose supervisor runs as ``nobody``, stopped and checked like the fixture."""
-    for path in (base, GRANT):
+    for path in (base, grant):
         os.chown(path, NOBODY, NOBODY)
     config = write_config(base / "t.toml", [str(TEST_APPS / a) for a in apps])
     runtime = base / "run"
@@ -997,7 +1014,7 @@ def test_an_unprivileged_desktop_holds_the_key_layers(grant: Path) -> None:
         secret.write_text(SECRET)
         secret.chmod(0o600)
         os.chown(secret, NOBODY, NOBODY)
-        with desktop_as_nobody(base, ["escaper", "echo"]) as desktop:
+        with desktop_as_nobody(base, grant, [escaper_app(grant), "echo"]) as desktop:
             open_apps(desktop, 2)
             client = desktop.client
             supervisor = client.ping()["pid"]
@@ -1020,7 +1037,8 @@ def test_an_unprivileged_desktop_holds_the_key_layers(grant: Path) -> None:
             escaper.denied("read-proc-root", secret)
             escaper.denied("write", base / "escaped", unchanged=file_absent(base / "escaped"))
             escaper.denied(
-                "exec-execv", unchanged=lambda: f"{exec_traces()}" if exec_traces() else None
+                "exec-execv",
+                unchanged=lambda: f"{exec_traces(grant)}" if exec_traces(grant) else None,
             )
             with socket.create_server(("127.0.0.1", 0)) as listener:
                 escaper.denied("tcp-loopback", listener.getsockname()[1])

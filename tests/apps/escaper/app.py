@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 from aotui.sandbox.sdk import App, OperationCall, View, operation
 
-#: The tree the manifest grants for reading and writing (the test creates it, mode 0777).
+#: The tree the manifest grants for reading and writing: a placeholder each test's copy of the app
+#: replaces with a tree of its own (mode 0777).
 GRANT = "/tmp/aotui-escape-grant"
 #: Where the app's own files are (read-only to it).
 HERE = os.path.dirname(os.path.abspath(__file__))
