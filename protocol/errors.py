@@ -41,6 +41,10 @@ class ErrorCode(enum.Enum):
     E_PERMISSION = ("E_PERMISSION", False, -32003, 77)
     #: Operation or render past its deadline.
     E_TIMEOUT = ("E_TIMEOUT", True, -32010, 75)
+    #: No desktop answers at that address (not started, or gone).
+    E_UNAVAILABLE = ("E_UNAVAILABLE", True, -32001, EXIT_NO_DESKTOP)
+    #: The desktop's store (or its directory) cannot be written or read; nothing was changed.
+    E_IO = ("E_IO", True, -32074, 74)
     #: A handler raised, or the app crashed mid-operation.
     E_APP_ERROR = ("E_APP_ERROR", False, -32050, 70)
     #: A bug in the runtime.
