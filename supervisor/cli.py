@@ -23,8 +23,11 @@ from aotui.supervisor.client import Client, DesktopUnavailable
 from aotui.supervisor.config import load_config
 from aotui.supervisor.launcher import prestart
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
-from aotui.supervisor.reports import format_doctor, format_status
-from aotui.supervisor.store import DesktopStore, aside, describe_store, repair
+from aotui.supervisor.reports import format_desktops, format_doctor, format_status
+from aotui.supervisor.store import DesktopStore, identity_path
+from aotui.supervisor.store_faults import StoreHeld
+from aotui.supervisor.store_lock import StoreLock, lock_holder
+from aotui.supervisor.store_repair import aside, describe_store, repair
 
 __all__ = ["main"]
 
@@ -71,11 +74,16 @@ def cmd_up(args: argparse.Namespace) -> int:
             ErrorCode.E_INVALID_CMD,
             f"desktop {config.desktop!r} is already running (pid {running['pid']})",
         )
-    if args.fresh:
-        stored = store_path(config.desktop)
-        if stored.exists():
-            kept = aside(stored)
-            print(f"kept the old store of {config.desktop!r} as {kept}", file=sys.stderr)
+    stored = store_path(config.desktop)
+    holder = lock_holder(stored)
+    if holder is not None:  # also when that supervisor is frozen and answers nothing
+        raise StoreHeld(stored, holder)
+    if not args.detach:
+        # Held for this process's life; the detached parent leaves it to its child.
+        StoreLock.acquire(stored)
+    if args.fresh and (stored.exists() or identity_path(stored).exists()):
+        kept = aside(stored)
+        print(f"kept the old store of {config.desktop!r} as {kept}", file=sys.stderr)
     if config.durability != "off":
         DesktopStore(store_path(config.desktop)).close()  # a damaged store fails here, clearly
     if args.detach:
@@ -93,10 +101,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         with Client(config.desktop, args.socket) as client:
             while time.monotonic() < deadline:
                 if process.poll() is not None:
+                    holder = lock_holder(stored)
+                    if holder is not None:  # another `up` won the race for this desktop
+                        raise StoreHeld(stored, holder)
                     raise DesktopUnavailable(f"the desktop exited at start; see {paths.log}")
                 try:
                     info = client.ping(timeout_s=0.5)
-                    break
+                    if info["pid"] == process.pid:
+                        break
+                    time.sleep(0.05)  # another supervisor answers: wait for ours to decide
                 except DesktopUnavailable:
                     time.sleep(0.05)
             else:
@@ -121,10 +134,11 @@ def cmd_desktops(args: argparse.Namespace) -> int:
     if args.repair:
         result = repair(store_path(args.repair))
         text = (
-            f"repaired {result['path']}: salvaged {result['salvaged_apps']} app(s); "
+            f"repaired {result['path']}: salvaged {result['salvaged_apps']} app(s) "
+            f"({result['quarantined_apps']} quarantined: damaged rows kept as they are); "
             f"the damaged file is kept as {result['kept']} ({result['detail']})"
             if result["repaired"]
-            else f"{result['path']}: {result['detail']}; nothing to repair"
+            else f"{result['path']}: {result['detail']}"
         )
         _emit(args, result, text)
         return 0
@@ -136,19 +150,7 @@ def cmd_desktops(args: argparse.Namespace) -> int:
                 row["running_pid"] = probe.ping(timeout_s=0.5)["pid"]
             except AotuiError:
                 row["running_pid"] = None
-    lines = [f"desktops in {folder}:"] if rows else [f"no desktops in {folder} yet"]
-    for row in rows:
-        when = [
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(row[k])) if row[k] else "?"
-            for k in ("created", "last_used")
-        ]
-        state = f"running (pid {row['running_pid']})" if row["running_pid"] else "stopped"
-        health = "" if row["healthy"] else f"  DAMAGED: {row['problem']} (see --repair)"
-        lines.append(
-            f"  {row['desktop']:<16} created {when[0]}  last used {when[1]}  "
-            f"{row['size_bytes'] / 1024:.0f} KB  {row['apps'] or 0} apps  {state}{health}"
-        )
-    _emit(args, rows, "\n".join(lines))
+    _emit(args, rows, format_desktops(folder, rows))
     return 0
 
 

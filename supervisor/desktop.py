@@ -9,7 +9,6 @@ signals).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
@@ -38,8 +37,13 @@ from aotui.supervisor.registry import SnapshotRegistry
 from aotui.supervisor.snapshot import RefTable, Snapshot, build_snapshot
 from aotui.supervisor.state import AppEntry, DesktopState
 from aotui.supervisor.store import DesktopStore
+from aotui.supervisor.store_faults import StoreIOError
+from aotui.supervisor.store_lock import StoreLock
 
 __all__ = ["Desktop"]
+
+#: How often a desktop whose store refuses writes tries again.
+STORE_RETRY_S = 0.5
 
 
 class Desktop:
@@ -61,15 +65,19 @@ class Desktop:
         self.apps: list[AppRecord] = []
         self.system_log: deque[tuple[float, str]] = deque(maxlen=config.log_entries)
         self.store: DesktopStore | None = None
-        if config.durability != "off":
-            synchronous = "FULL" if config.durability == "ack" else "NORMAL"
-            self.store = DesktopStore(store_path(config.desktop), synchronous)
-        first_id = self.store.reserve_snapshot_ids() if self.store else 1
+        self.store_lock: StoreLock | None = None
+        #: Why the store refuses writes, while it does (state-changing commands get ``E_IO``).
+        self.store_problem: str | None = None
+        #: True once the stored desktop is loaded: only then may anything be written to it.
+        self.loaded = False
         self.registry: SnapshotRegistry[RefTable] = SnapshotRegistry(
-            config.snapshot_ttl_s, config.snapshot_max_entries, first_id=first_id
+            config.snapshot_ttl_s,
+            config.snapshot_max_entries,
+            reserve=self._reserve_ids if config.durability != "off" else None,
         )
         self._dirty: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
         self.runner = AppRunner(config, paths, context, lambda: self.apps, self.log, on_change)
         # app_N ids follow install order and are never reused while the desktop lives.
         self.next_app = 0
@@ -78,13 +86,16 @@ class Desktop:
 
     async def start(self) -> None:
         """Start the zygote; restore the stored desktop or create it; open what was open."""
+        saved = self._open_store()
         self.runner.start()
-        saved = self.store.load() if self.store else None
         to_open: list[tuple[AppRecord, str]] = []
         if saved is not None:
             to_open = self.restore(saved)
         installed = {app.manifest.id for app in self.apps}
-        for entry in self.config.apps:
+        quarantined = self.store.quarantined if self.store else []
+        installed |= {q.manifest_id for q in quarantined if q.manifest_id}
+        unknown = [q.app for q in quarantined if not q.manifest_id]
+        for entry in [] if unknown else self.config.apps:
             directory = self.config.resolve_app_dir(entry)
             try:
                 if load_manifest(directory).id in installed:
@@ -95,12 +106,42 @@ class Desktop:
                 continue
             if record.manifest.system:
                 to_open.append((record, "running"))
+        if unknown:
+            self.log(
+                f"Apps from the config were not installed: the damaged row(s) of "
+                f"{', '.join(unknown)} may be one of them, and a second copy would hide it."
+            )
         self.log("Desktop restored." if saved else "Desktop initialized.")
+        self.loaded = True
         await asyncio.gather(*(self._reopen(app, status) for app, status in to_open))
         if self.store is not None:
-            await asyncio.to_thread(self.store.save_desktop, self.serialize())
+            try:
+                await asyncio.to_thread(self.store.save_desktop, self.serialize())
+                await asyncio.to_thread(self.store.remember_identity, self.serialize())
+            except (StoreIOError, OSError) as exc:
+                self._store_failed(exc)
             if self.config.durability == "batch":
                 self._flusher = asyncio.get_running_loop().create_task(self._flush_batches())
+
+    def _open_store(self) -> DesktopState | None:
+        """Lock and read the store (nothing is written before this returns); log what it found."""
+        if self.config.durability == "off":
+            return None
+        path = store_path(self.config.desktop)
+        self.store_lock = StoreLock.acquire(path)  # one store, one supervisor, for our whole life
+        synchronous = "FULL" if self.config.durability == "ack" else "NORMAL"
+        self.store = DesktopStore(path, synchronous)
+        saved = self.store.load()
+        if self.store.wal_damage:
+            self.log(f"The desktop store was damaged after a crash: {self.store.wal_damage}.")
+        for row in self.store.quarantined:
+            self.log(
+                f"{row.app} ({row.manifest_id or 'unknown app'}) is quarantined: its stored row "
+                f"is damaged ({row.problem}). The other apps loaded; its row is kept untouched "
+                f"in {path} and its app_N is never reused."
+            )
+        self.registry.reserve_ids()  # before any snapshot id is handed out, durably
+        return saved
 
     async def _reopen(self, app: AppRecord, status: str) -> None:
         try:
@@ -115,8 +156,16 @@ class Desktop:
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
-        if self.store is not None:
-            await asyncio.to_thread(self.store.save_desktop, self.serialize())
+        if self._recovery is not None:
+            self._recovery.cancel()
+            await asyncio.gather(self._recovery, return_exceptions=True)
+        if self.store is not None and self.loaded:
+            # Only a desktop that finished loading may write: a failed start leaves its store as
+            # it found it.
+            try:
+                await asyncio.to_thread(self.store.save_desktop, self.serialize())
+            except (AotuiError, OSError) as exc:
+                self.log(f"Could not write the desktop store at shutdown: {exc}")
         await self.runner.stop()
         if self.store is not None:
             self.store.close()
@@ -192,7 +241,94 @@ class Desktop:
             self._dirty.update(app.app_id for app in apps)
             return
         entries = [self._entry(app) for app in apps]
-        await asyncio.to_thread(self.store.save_apps, self.serialize(), entries)
+        try:
+            await asyncio.to_thread(self.store.save_apps, self.serialize(), entries)
+        except StoreIOError as exc:
+            self._store_failed(exc)
+            raise AotuiError(
+                ErrorCode.E_IO,
+                f"the change took effect, but the desktop's store could not record it "
+                f"({exc.detail}); it is kept in memory and written when the store can be written "
+                f"again. Until then state-changing commands are refused; snapshots and status "
+                f"still work.",
+                {"store": "failing"},
+            ) from None
+
+    async def _commit(self, app: AppRecord, state: Any) -> None:
+        """Make ``state`` the app's acknowledged state: stored first (``ack``), then adopted."""
+        if self.store is None or self.config.durability == "batch":
+            app.saved_state = state
+            await self.persist(app)
+            return
+        entry = self._entry(app)
+        entry.data = state
+        try:
+            await asyncio.to_thread(self.store.save_apps, self.serialize(), [entry])
+        except StoreIOError as exc:
+            self._store_failed(exc)
+            raise
+        app.saved_state = state
+
+    def _reserve_ids(self, count: int) -> int:
+        """A durable block of snapshot ids (a small write, once per ``count`` pulls)."""
+        assert self.store is not None
+        try:
+            return self.store.reserve_snapshot_ids(count)
+        except StoreIOError as exc:
+            self._store_failed(exc)
+            raise
+
+    def require_writable(self) -> None:
+        """``E_IO`` before a state-changing command while the store refuses writes."""
+        if self.store_problem is not None:
+            raise AotuiError(
+                ErrorCode.E_IO,
+                f"the desktop's store cannot be written ({self.store_problem}); state-changing "
+                f"commands are refused until it can, and nothing was changed. Snapshots and "
+                f"status still work; the desktop retries every {STORE_RETRY_S} s by itself "
+                f"(free disk space or fix the disk).",
+                {"store": "failing"},
+            )
+
+    def store_status(self) -> dict[str, Any]:
+        """The store's state for ``status``: ``ok``, ``failing`` (with why) or ``off``."""
+        if self.store is None:
+            return {"state": "off"}
+        return {
+            "state": "failing" if self.store_problem else "ok",
+            "problem": self.store_problem,
+            "path": str(self.store.path),
+            "quarantined": [q.app for q in self.store.quarantined],
+            "wal_damage": self.store.wal_damage,
+        }
+
+    def _store_failed(self, exc: Exception) -> None:
+        """The store refused a write: refuse state changes until a retry succeeds."""
+        detail = exc.detail if isinstance(exc, StoreIOError) else str(exc)
+        if self.store_problem is None:
+            self.log(
+                f"The desktop store cannot be written ({detail}); state-changing commands are "
+                f"refused until it can. Snapshots still work."
+            )
+        self.store_problem = detail
+        if self._recovery is None or self._recovery.done():
+            self._recovery = asyncio.get_running_loop().create_task(self._recover_store())
+
+    async def _recover_store(self) -> None:
+        """Retry until the whole desktop is written again, then accept state changes."""
+        assert self.store is not None
+        while self.store_problem is not None:
+            await asyncio.sleep(STORE_RETRY_S)
+            dirty, self._dirty = self._dirty, set()
+            try:
+                await asyncio.to_thread(self.store.save_desktop, self.serialize())
+                await asyncio.to_thread(self.store.remember_identity, self.serialize())
+            except (AotuiError, OSError) as exc:
+                self._dirty |= dirty
+                self.store_problem = exc.detail if isinstance(exc, StoreIOError) else str(exc)
+                continue
+            self.store_problem = None
+            self.log("The desktop store can be written again; state-changing commands work.")
 
     async def _flush_batches(self) -> None:
         assert self.store is not None
@@ -204,9 +340,9 @@ class Desktop:
             entries = [self._entry(app) for app in self.apps if app.app_id in dirty]
             try:
                 await asyncio.to_thread(self.store.save_apps, self.serialize(), entries)
-            except (OSError, sqlite3.Error) as exc:
+            except (AotuiError, OSError) as exc:
                 self._dirty |= dirty
-                self.log(f"Could not write the desktop store: {exc}")
+                self._store_failed(exc)
 
     def log(self, text: str) -> None:
         """Add a line to System Logs."""
@@ -216,6 +352,8 @@ class Desktop:
 
     def install(self, app_dir: str | Path) -> AppRecord:
         """Install the app in ``app_dir``; returns its record with the next ``app_N``."""
+        if self.loaded:
+            self.require_writable()
         manifest = load_manifest(app_dir)
         for app in self.apps:
             if app.manifest.id == manifest.id:
@@ -238,14 +376,24 @@ class Desktop:
 
     async def uninstall(self, ref: str) -> AppRecord:
         """Stop and remove an app; its ``app_N`` is never reused."""
+        self.require_writable()
         app = self.app(ref)
         if app.manifest.system:
             raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is a system app")
         await self.close_app(app)
         self.apps.remove(app)
-        if self.store is not None:
-            await asyncio.to_thread(self.store.delete_app, app.app_id)
         self.log(f"Uninstalled {app.name} ({app.manifest.id}).")
+        if self.store is not None:
+            try:
+                await asyncio.to_thread(self.store.delete_app, app.app_id)
+            except StoreIOError as exc:
+                self._store_failed(exc)
+                raise AotuiError(
+                    ErrorCode.E_IO,
+                    f"{app.app_id} was uninstalled, but the store could not record it "
+                    f"({exc.detail}); it is written when the store can be written again.",
+                    {"store": "failing"},
+                ) from None
         return app
 
     def _moved(self, app: AppRecord, old: AppStatus, new: AppStatus) -> None:
@@ -293,6 +441,7 @@ class Desktop:
 
     async def run(self, command: Command, refs: RefTable | None) -> Any:
         """Run one parsed command; returns its result (``None`` for most)."""
+        self.require_writable()  # every command may change what is stored
         action = command.action
         if action is Action.EXECUTE:
             return await self._execute(command, refs)
@@ -362,19 +511,51 @@ class Desktop:
                 f"execute {command.target}",
             )
         except AotuiError as exc:
+            if exc.code is ErrorCode.E_TIMEOUT:
+                exc = self._abandon(app, command.target, exc)
             app.log_operation(f"execute {command.target}: {exc.code.value} {exc.message}")
             if exc.code is ErrorCode.E_PERMISSION:
                 # Reported by the trusted side, whatever the worker itself logs or floods.
                 self.log(f"{app.name}: {exc.message} (in operation {command.target})")
-            raise
+            raise exc from None
         assert isinstance(reply, Ack)
-        changed = reply.state is not None and reply.state != app.saved_state
-        if changed:
-            app.saved_state = reply.state
+        if reply.state is not None and reply.state != app.saved_state:
+            try:
+                await self._commit(app, reply.state)  # the ack waits for this (durability "ack")
+            except StoreIOError as exc:
+                raise self._undo(app, command.target, exc) from None
         app.log_operation(f"execute {command.target}: ok")
-        if changed:
-            await self.persist(app)  # the ack waits for this (durability "ack")
         return reply.result
+
+    def _abandon(self, app: AppRecord, operation: str, timeout: AotuiError) -> AotuiError:
+        """A timed-out operation may still land: stop the worker first, so it never does.
+
+        The worker is restarted from the app's last acknowledged state, so the operation took
+        no effect on the app's state (CONTRACT §6: the outcome is made knowable, not guessed).
+        """
+        self.runner.kill(app, "timeout")
+        self.log(f"{app.name} did not finish {operation} in time; restarting it without it.")
+        return AotuiError(
+            ErrorCode.E_TIMEOUT,
+            f"{timeout.message}; the app was stopped before the operation could complete and "
+            f"is restarted from its last acknowledged state, so {operation} took no effect on "
+            f"it (effects outside the desktop, such as HTTP requests, may have happened). "
+            f"Pull a snapshot, then retry if you still want it.",
+            {**timeout.data, "outcome": "not applied"},
+        )
+
+    def _undo(self, app: AppRecord, operation: str, exc: StoreIOError) -> AotuiError:
+        """The operation ran but cannot be stored: restart the app from its stored state."""
+        self.runner.kill(app, "store write failed")
+        self.log(f"{app.name}: {operation} was undone, because the store cannot be written.")
+        return AotuiError(
+            ErrorCode.E_IO,
+            f"{operation} on {app.app_id} was undone: its result could not be stored "
+            f"({exc.detail}). The app is restarted from its last stored state, so nothing "
+            f"changed; state-changing commands are refused until the store can be written "
+            f"(free disk space or fix the disk). Snapshots and status still work.",
+            {"store": "failing", "outcome": "not applied"},
+        )
 
 
 def _resolver(fragment: ViewFragment, view_id: str) -> Callable[[str, str], ResolvedRef]:

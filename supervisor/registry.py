@@ -1,14 +1,20 @@
 """The snapshot registry: each pulled snapshot's ref table, by snapshot id (CONTRACT §6).
 
 Entries are reference-counted — :meth:`SnapshotRegistry.add` gives the puller one reference,
-:meth:`~SnapshotRegistry.retain` and :meth:`~SnapshotRegistry.release` move it — and expire after a
-hard TTL whatever their count. Past ``max_entries`` the oldest entries go first, unreferenced ones
-before referenced ones. An unknown or expired id is ``E_STALE_STATE``.
+:meth:`~SnapshotRegistry.retain` pins the entry and :meth:`~SnapshotRegistry.release` drops a pin
+or the puller's reference — and expire after a hard TTL whatever their count. Past
+``max_entries`` the oldest entries go first, unreferenced ones before referenced ones; a retained
+(pinned) entry is never evicted within its TTL: past ``max_entries // 2`` pinned entries a
+retain is refused instead. Releasing an unknown or expired id is ``E_STALE_STATE``, like using
+one.
+
+Ids never repeat, also across restarts: with a ``reserve`` function (the store's durable
+reservation) ids are handed out only from blocks reserved before use, and a new block is
+reserved when one runs out.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -27,7 +33,10 @@ RefTable = TypeVar("RefTable")
 class _Entry(Generic[RefTable]):
     table: RefTable
     created: float
+    #: The puller's reference (1 until released).
     refs: int
+    #: Retains; a pinned entry outlives the size bound (not the TTL).
+    pins: int = 0
 
 
 class SnapshotRegistry(Generic[RefTable]):
@@ -39,27 +48,49 @@ class SnapshotRegistry(Generic[RefTable]):
         max_entries: int = 256,
         clock: Clock = time.monotonic,
         first_id: int = 1,
+        reserve: Callable[[int], int] | None = None,
+        block: int = 100_000,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self.max_pinned = max(1, max_entries // 2)
         self.clock = clock
         self._entries: OrderedDict[str, _Entry[RefTable]] = OrderedDict()
-        self._ids = itertools.count(first_id)
+        self._reserve = reserve
+        self._block = block
+        self._next = first_id
+        #: The last id of the reserved block (``None``: no reservation needed).
+        self._end: int | None = first_id - 1 if reserve is not None else None
         self.latest: str | None = None
 
     def __len__(self) -> int:
         self.expire()
         return len(self._entries)
 
+    def reserve_ids(self) -> None:
+        """Reserve the next block of ids now (raises what ``reserve`` raises)."""
+        if self._reserve is not None:
+            self._next = self._reserve(self._block)
+            self._end = self._next + self._block - 1
+
+    def _new_id(self) -> str:
+        if self._end is not None and self._next > self._end:
+            self.reserve_ids()  # durable before any id of the block is handed out
+        number, self._next = self._next, self._next + 1
+        return f"T{number}"
+
     def add(self, table: RefTable) -> str:
         """Record a new snapshot's ref table; returns its id (``T17``) with one reference."""
         self.expire()
-        snapshot_id = f"T{next(self._ids)}"
+        snapshot_id = self._new_id()
         self._entries[snapshot_id] = _Entry(table, self.clock(), 1)
         self.latest = snapshot_id
         while len(self._entries) > self.max_entries:
-            victim = next((k for k, e in self._entries.items() if e.refs <= 0), None)
-            del self._entries[victim if victim is not None else next(iter(self._entries))]
+            unpinned = [k for k, e in self._entries.items() if e.pins <= 0 and k != snapshot_id]
+            if not unpinned:
+                break
+            victim = next((k for k in unpinned if self._entries[k].refs <= 0), unpinned[0])
+            del self._entries[victim]
         return snapshot_id
 
     def get(self, snapshot_id: str) -> RefTable:
@@ -67,16 +98,40 @@ class SnapshotRegistry(Generic[RefTable]):
         return self._live(snapshot_id).table
 
     def retain(self, snapshot_id: str) -> None:
-        """Take one more reference."""
-        self._live(snapshot_id).refs += 1
+        """Pin the entry (one more reference); refused past ``max_pinned`` pinned entries."""
+        entry = self._live(snapshot_id)
+        if entry.pins <= 0:
+            pinned = sum(1 for e in self._entries.values() if e.pins > 0)
+            if pinned >= self.max_pinned:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"{pinned} snapshots are retained already (at most {self.max_pinned}); "
+                    f"release one before retaining {snapshot_id}",
+                    {"snapshot_id": snapshot_id},
+                )
+        entry.pins += 1
 
     def release(self, snapshot_id: str) -> None:
-        """Drop one reference; at zero the entry may be evicted (it still expires by TTL)."""
-        entry = self._entries.get(snapshot_id)
-        if entry is not None:
+        """Drop a pin, else the puller's reference; ``E_STALE_STATE`` for an unknown id."""
+        entry = self._live(snapshot_id)
+        if entry.pins > 0:
+            entry.pins -= 1
+        elif entry.refs > 0:
             entry.refs -= 1
-            if entry.refs <= 0 and snapshot_id != self.latest:
-                del self._entries[snapshot_id]
+        else:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"snapshot {snapshot_id} holds no reference to release",
+                {"snapshot_id": snapshot_id},
+            )
+        if entry.refs <= 0 and entry.pins <= 0 and snapshot_id != self.latest:
+            del self._entries[snapshot_id]
+
+    def discard(self, snapshot_id: str) -> None:
+        """Release the puller's previous snapshot if it is still known (a pull's ``release``)."""
+        entry = self._entries.get(snapshot_id)
+        if entry is not None and (entry.pins > 0 or entry.refs > 0):
+            self.release(snapshot_id)
 
     def expire(self) -> None:
         """Drop every entry past its TTL."""

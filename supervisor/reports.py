@@ -1,10 +1,45 @@
-"""The human-readable tables the CLI prints: ``aotui status`` and ``aotui doctor``."""
+"""The human-readable tables the CLI prints: ``aotui status``, ``doctor`` and ``desktops``."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
-__all__ = ["format_doctor", "format_status"]
+__all__ = ["format_desktops", "format_doctor", "format_status"]
+
+
+def format_desktops(folder: Path, rows: list[dict[str, Any]]) -> str:
+    """The stored desktops: damage, an I/O failure and "held by pid N" each said apart."""
+    lines = [f"desktops in {folder}:"] if rows else [f"no desktops in {folder} yet"]
+    for row in rows:
+        when = [
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(row[k])) if row[k] else "?"
+            for k in ("created", "last_used")
+        ]
+        if row.get("running_pid"):
+            state = f"running (pid {row['running_pid']})"
+        elif row.get("held_by"):
+            state = f"held by pid {row['held_by']} (not answering)"
+        else:
+            state = "stopped"
+        health = {
+            "damaged": f"  DAMAGED: {row['problem']} (see --repair)",
+            "io error": f"  I/O ERROR: {row['problem']} (the file may be intact: fix the disk; "
+            "nothing to repair)",
+        }.get(row["health"], "")
+        if row.get("quarantined"):
+            health += f"  {row['quarantined']} app row(s) quarantined (damaged, kept)"
+        if row.get("wal_damage"):
+            health += f"  WAL DAMAGE: {row['wal_damage']}"
+        for kept in row.get("damaged_wals", []):
+            health += f"  damaged WAL kept: {kept}"
+        apps = "?" if row["apps"] is None else row["apps"]
+        lines.append(
+            f"  {row['desktop']:<16} created {when[0]}  last used {when[1]}  "
+            f"{row['size_bytes'] / 1024:.0f} KB  {apps} apps  {state}{health}"
+        )
+    return "\n".join(lines)
 
 
 def format_doctor(report: dict[str, Any]) -> str:
@@ -13,6 +48,12 @@ def format_doctor(report: dict[str, Any]) -> str:
         f"kernel {report['kernel']} ({report['machine']}), Python {report['python']}, "
         f"Landlock ABI {report['landlock_abi']}, running as euid {report['euid']}",
     ]
+    interpreter = report.get("interpreter")
+    if interpreter:
+        lines.append(
+            f"interpreter {interpreter['path']} ({interpreter['implementation']} "
+            f"{interpreter['version']})"
+        )
     for title, key in (("this user", "this_user"), ("an unprivileged user", "unprivileged_user")):
         section = report.get(key)
         if not section:

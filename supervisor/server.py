@@ -192,7 +192,7 @@ class Supervisor:
         """Assemble the desktop; optionally release the caller's previous snapshot id."""
         previous = params.get("release")
         if isinstance(previous, str):
-            self.desktop.registry.release(previous)
+            self.desktop.registry.discard(previous)
         snapshot_id, snap = self.desktop.snapshot()
         return {"snapshot_id": snapshot_id, "markdown": snap.markdown}
 
@@ -263,6 +263,7 @@ class Supervisor:
             "open_fds": me.num_fds(),
             "snapshots": len(self.desktop.registry),
             "lease_owner": self.lease.owner,
+            "store": self.desktop.store_status(),
             "apps": [self._app_status(app) for app in self.desktop.apps],
         }
 
@@ -308,6 +309,7 @@ class Supervisor:
     async def say(self, params: dict[str, Any]) -> Any:
         """The user's side of the chat: post ``text`` into ``system.chat``."""
         text = _text(params, "text")
+        self.desktop.require_writable()
         app = self.desktop.app(str(params.get("app") or "system.chat"))
         app.require_live()
         worker = app.worker

@@ -2,37 +2,61 @@
 
 ``AOTUI_HOME/desktops/<name>.db`` holds the desktop's :class:`~supervisor.state.DesktopState`:
 a ``meta`` table (format version, id, times, next ``app_N``, the snapshot-id reservation) and an
-``apps`` table (one row per installed app; the app's own data is stored as a codec frame, so bytes
-and every plain value survive exactly). Durability is the caller's choice per write:
-``synchronous=FULL`` makes a commit durable before it returns (per-ack mode).
+``apps`` table (one row per installed app; the app's own data is stored as a codec frame, so
+bytes and every plain value survive exactly, and each row carries a checksum of its content).
+Durability is the caller's choice per write: ``synchronous=FULL`` makes a commit durable before
+it returns (per-ack mode). The file is opened in SQLite's exclusive locking mode: one process at
+a time (the supervisor, which also holds :mod:`~supervisor.store_lock`), and no shared-memory
+index that a full disk could turn into a SIGBUS.
 
-A file that cannot be read is never reset silently: opening it raises ``E_INTERNAL`` naming the
-file and the two ways out (``aotui desktops --repair NAME``, or ``aotui up --fresh``, which keeps
-the old file beside the new one).
+Nothing is invented and nothing is reset silently:
+
+- a file that cannot be read because it is damaged raises :class:`StoreCorrupt`; one the disk
+  refuses raises :class:`StoreIOError` (``E_IO``) — see :mod:`~supervisor.store_faults`;
+- a missing or empty file of a desktop that existed (its ``<name>.identity`` says so) is damage,
+  not a new desktop;
+- a damaged app row is quarantined: the other apps load, the row is kept as it is and reported
+  (:attr:`DesktopStore.quarantined`), and no later save overwrites or deletes it;
+- damage at the WAL's tail is reported (:attr:`DesktopStore.wal_damage`) and the WAL is kept
+  aside before SQLite drops it (:mod:`~supervisor.wal_check`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from aotui.protocol import codec
-from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError
 from aotui.protocol.messages import AppState
 from aotui.supervisor.state import VERSION, AppEntry, DesktopState
+from aotui.supervisor.store_faults import StoreCorrupt, StoreIOError, from_sqlite
+from aotui.supervisor.wal_check import tail_damage
 
-__all__ = ["SCHEMA_VERSION", "DesktopStore", "StoreCorrupt", "aside", "describe_store", "repair"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "SNAPSHOT_ID_BLOCK",
+    "DesktopStore",
+    "Quarantined",
+    "identity_path",
+    "read_identity",
+    "read_row",
+    "row_checksum",
+]
 
 #: Version of the SQLite schema (the DesktopState inside has its own version).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Snapshot ids are reserved in blocks, so ids from before a crash are never handed out again.
 SNAPSHOT_ID_BLOCK = 100_000
 
@@ -42,24 +66,43 @@ CREATE TABLE IF NOT EXISTS apps (
     app TEXT PRIMARY KEY,
     position INTEGER NOT NULL,
     entry TEXT NOT NULL,
-    data BLOB
+    data BLOB,
+    checksum TEXT
 );
 """
 
 
-class StoreCorrupt(AotuiError):
-    """The desktop's store cannot be read; the message says how to get out."""
+@dataclass(frozen=True)
+class Quarantined:
+    """An app row that could not be read; it stays in the store untouched."""
 
-    def __init__(self, path: Path, detail: str) -> None:
-        name = path.stem
-        super().__init__(
-            ErrorCode.E_INTERNAL,
-            f"the store of desktop {name!r} ({path}) cannot be read: {detail}. Nothing was "
-            f"changed. Try `aotui desktops --repair {name}` (salvages what it can and keeps the "
-            f"damaged file), or `aotui up --desktop {name} --fresh` (starts empty and keeps the "
-            f"old file as {path.name}.corrupt-<time>).",
-            {"path": str(path)},
-        )
+    app: str
+    #: The manifest id, when the row's entry could still be read.
+    manifest_id: str | None
+    problem: str
+
+
+def identity_path(path: Path) -> Path:
+    """The small file that says a desktop exists (``<name>.identity`` beside ``<name>.db``)."""
+    return path.with_name(f"{path.stem}.identity")
+
+
+def read_identity(path: Path) -> dict[str, Any] | None:
+    """The desktop's recorded identity (``id``, ``created``), or ``None`` if none was recorded."""
+    try:
+        raw = json.loads(identity_path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"id": path.stem, "created": None}  # it existed, even if the note is unreadable
+    return raw if isinstance(raw, dict) else {"id": path.stem, "created": None}
+
+
+def row_checksum(entry_text: str, data: bytes | None) -> str:
+    """The checksum stored beside an app row (over its entry and data exactly as stored)."""
+    digest = hashlib.blake2b(entry_text.encode(), digest_size=16)
+    digest.update(b"\x00" if data is None else b"\x01" + data)
+    return digest.hexdigest()
 
 
 class DesktopStore:
@@ -68,26 +111,82 @@ class DesktopStore:
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
         self.path = path
         self._lock = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.quarantined: list[Quarantined] = []
+        self.wal_damage: str | None = None
+        self._missing_check()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise StoreIOError(path, "created", exc.strerror or str(exc)) from None
+        self._keep_damaged_wal()
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise from_sqlite(path, exc, "opened") from None
+        try:
+            self._db.execute("PRAGMA locking_mode=EXCLUSIVE")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             check = self._db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise StoreCorrupt(path, f"integrity check failed ({check})")
             self._db.executescript(_SCHEMA)
-            found = self._meta("schema_version")
-            if found is None:
-                self._set_meta({"schema_version": str(SCHEMA_VERSION)})
-            elif int(found) > SCHEMA_VERSION:
-                raise StoreCorrupt(path, f"schema {found} is newer than this aotui ({VERSION})")
-        except sqlite3.DatabaseError as exc:
-            raise StoreCorrupt(path, str(exc)) from None
+            self._upgrade()
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise from_sqlite(path, exc, "read") from None
+        except AotuiError:
+            self._db.close()
+            raise
+
+    def _missing_check(self) -> None:
+        """A desktop that existed has a store: its absence is damage, not a fresh start."""
+        identity = read_identity(self.path)
+        if identity is None:
+            return
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            raise StoreCorrupt(self.path, "the file is missing, but this desktop existed") from None
+        except OSError as exc:
+            raise StoreIOError(self.path, "read", exc.strerror or str(exc)) from None
+        wal = Path(f"{self.path}-wal")
+        if size == 0 and not (wal.exists() and wal.stat().st_size > 0):
+            raise StoreCorrupt(self.path, "the file is empty, but this desktop existed")
+
+    def _keep_damaged_wal(self) -> None:
+        """Copy a WAL whose tail SQLite would drop, before SQLite opens (and drops) it."""
+        wal = Path(f"{self.path}-wal")
+        self.wal_damage = tail_damage(wal)
+        if self.wal_damage is None:
+            return
+        kept = wal.with_name(f"{wal.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            shutil.copy2(wal, kept)
+            self.wal_damage += f"; the WAL as it was is kept as {kept}"
+        except OSError as exc:
+            self.wal_damage += f"; it could not be kept aside ({exc.strerror})"
+
+    def _upgrade(self) -> None:
+        text = self._meta("schema_version")
+        found = int(text) if text is not None and text.isdigit() else None
+        if text is not None and found is None:
+            raise StoreCorrupt(self.path, f"schema version {text!r:.40} is not a number")
+        if found is None:
+            self._set_meta({"schema_version": str(SCHEMA_VERSION)})
+        elif found > SCHEMA_VERSION:
+            raise StoreCorrupt(self.path, f"schema {found} is newer than this aotui ({VERSION})")
+        elif found < 2:
+            # Version 1 had no row checksums: its rows load unchecked until written again.
+            with self._transaction() as db:
+                columns = [row[1] for row in db.execute("PRAGMA table_info(apps)")]
+                if "checksum" not in columns:
+                    db.execute("ALTER TABLE apps ADD COLUMN checksum TEXT")
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", ("2",))
 
     def close(self) -> None:
         """Close the database (checkpointing the WAL)."""
-        with self._lock:
+        with self._lock, contextlib.suppress(sqlite3.Error):
             self._db.close()
 
     @contextmanager
@@ -97,9 +196,12 @@ class DesktopStore:
                 self._db.execute("BEGIN IMMEDIATE")
                 yield self._db
                 self._db.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise from_sqlite(self.path, exc, "written") from None
                 raise
 
     def _meta(self, key: str) -> str | None:
@@ -113,46 +215,63 @@ class DesktopStore:
     # --- the desktop ----------------------------------------------------------------------------
 
     def load(self) -> DesktopState | None:
-        """The saved desktop, or ``None`` for a new store."""
+        """The saved desktop, or ``None`` for a new store; damaged app rows are quarantined."""
         try:
             with self._lock:
                 meta: dict[str, str] = dict(
                     self._db.execute("SELECT key, value FROM meta").fetchall()
                 )
-                rows = self._db.execute("SELECT entry, data FROM apps ORDER BY position").fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise StoreCorrupt(self.path, str(exc)) from None
+                rows = self._db.execute(
+                    "SELECT app, entry, data, checksum FROM apps ORDER BY position"
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise from_sqlite(self.path, exc, "read") from None
         if "id" not in meta:
+            if rows:
+                raise StoreCorrupt(self.path, f"{len(rows)} app row(s) but no desktop identity")
             return None
         apps = []
-        for entry_text, data in rows:
-            try:
-                entry = AppEntry(**json.loads(entry_text))
-            except (ValueError, TypeError) as exc:
-                raise StoreCorrupt(self.path, f"an app row is malformed: {exc}") from None
-            if data is not None:
-                frame = codec.decode(bytes(data))
-                entry.data = frame.data if isinstance(frame, AppState) else None
-            apps.append(entry)
-        return DesktopState.from_dict(
-            {
-                "format": "aotui.desktop",
-                "version": int(meta.get("state_version", VERSION)),
-                "id": meta["id"],
-                "created": float(meta["created"]),
-                "last_used": float(meta.get("last_used") or meta["created"]),
-                "next_app": int(meta.get("next_app", len(apps))),
-                "apps": [asdict(a) for a in apps],
-            }
-        )
+        self.quarantined = []
+        for app, entry_text, data, checksum in rows:
+            entry, problem = read_row(entry_text, data, checksum)
+            if entry is None:
+                manifest_id = _peek_manifest_id(entry_text)
+                self.quarantined.append(Quarantined(str(app), manifest_id, problem))
+            else:
+                apps.append(entry)
+        try:
+            state = DesktopState.from_dict(
+                {
+                    "format": "aotui.desktop",
+                    "version": int(meta.get("state_version", VERSION)),
+                    "id": meta["id"],
+                    "created": float(meta["created"]),
+                    "last_used": float(meta.get("last_used") or meta["created"]),
+                    "next_app": int(meta.get("next_app", len(rows))),
+                    "apps": [asdict(a) for a in apps],
+                }
+            )
+        except (AotuiError, KeyError, ValueError) as exc:
+            raise StoreCorrupt(self.path, f"the desktop's meta table is malformed: {exc}") from None
+        # An app_N must never be handed out twice, even if next_app itself was damaged.
+        numbers = [_app_number(app) for app, *_ in rows]
+        state.next_app = max([state.next_app, *(n + 1 for n in numbers if n is not None)])
+        return state
 
     def save_desktop(self, state: DesktopState) -> None:
-        """Write the whole desktop (meta and every app) in one transaction."""
+        """Write the whole desktop (meta and every app) in one transaction.
+
+        Rows of uninstalled apps go; quarantined rows stay exactly as they are.
+        """
+        keep = [entry.app for entry in state.apps] + [q.app for q in self.quarantined]
         with self._transaction() as db:
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
-            db.execute("DELETE FROM apps")
+            marks = ", ".join("?" * len(keep))
+            db.execute(f"DELETE FROM apps WHERE app NOT IN ({marks})", keep)
             for position, entry in enumerate(state.apps):
-                db.execute("INSERT INTO apps VALUES (?, ?, ?, ?)", _app_row(position, entry))
+                db.execute(
+                    "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)", _app_row(position, entry)
+                )
 
     def save_apps(self, state: DesktopState, entries: list[AppEntry]) -> None:
         """Write some apps (and the desktop's meta) in one durable transaction."""
@@ -161,7 +280,7 @@ class DesktopStore:
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
             for entry in entries:
                 db.execute(
-                    "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)",
                     _app_row(positions.get(entry.app, len(positions)), entry),
                 )
 
@@ -170,12 +289,66 @@ class DesktopStore:
         with self._transaction() as db:
             db.execute("DELETE FROM apps WHERE app = ?", (app,))
 
-    def reserve_snapshot_ids(self) -> int:
-        """The first id of a fresh block of snapshot ids, never handed out before."""
-        with self._lock:
-            start = int(self._meta("snapshot_ids") or 0) + 1
-        self._set_meta({"snapshot_ids": str(start + SNAPSHOT_ID_BLOCK - 1)})
+    def reserve_snapshot_ids(self, count: int = SNAPSHOT_ID_BLOCK) -> int:
+        """The first of ``count`` fresh snapshot ids, durably never handed out again."""
+        with self._transaction() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'snapshot_ids'").fetchone()
+            start = int(row[0] if row else 0) + 1
+            db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('snapshot_ids', ?)", (str(start + count - 1),)
+            )
         return start
+
+    def probe(self) -> None:
+        """One small durable write: raises :class:`StoreIOError` while the disk refuses it."""
+        self._set_meta({"probed": repr(time.time())})
+
+    def remember_identity(self, state: DesktopState) -> None:
+        """Record that this desktop exists (once), so a lost store is never taken for a new one."""
+        target = identity_path(self.path)
+        if target.exists():
+            return
+        text = json.dumps({"id": state.id, "created": state.created})
+        temporary = target.with_name(f".{target.name}.tmp")
+        with open(temporary, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+
+
+def read_row(entry_text: Any, data: Any, checksum: Any) -> tuple[AppEntry | None, str]:
+    """One app row as an entry, or ``None`` and what is wrong with it."""
+    blob = None if data is None else bytes(data)
+    if not isinstance(entry_text, str):
+        return None, "its entry is not text"
+    if checksum is not None and checksum != row_checksum(entry_text, blob):
+        return None, "its content does not match its checksum (the row was damaged on disk)"
+    try:
+        entry = AppEntry(**json.loads(entry_text))
+    except (ValueError, TypeError) as exc:
+        return None, f"its entry is malformed ({exc})"
+    if blob is not None:
+        try:
+            frame = codec.decode(blob)
+        except AotuiError as exc:
+            return None, f"its data cannot be decoded ({exc.message})"
+        if not isinstance(frame, AppState):
+            return None, f"its data is a {frame.KIND} frame, not app state"
+        entry.data = frame.data
+    return entry, ""
+
+
+def _peek_manifest_id(entry_text: Any) -> str | None:
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        value = json.loads(entry_text).get("manifest_id")
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _app_number(app: Any) -> int | None:
+    text = str(app)
+    return int(text[4:]) if text.startswith("app_") and text[4:].isdigit() else None
 
 
 def _meta_rows(state: DesktopState) -> dict[str, str]:
@@ -188,72 +361,9 @@ def _meta_rows(state: DesktopState) -> dict[str, str]:
     }
 
 
-def _app_row(position: int, entry: AppEntry) -> tuple[str, int, str, bytes | None]:
+def _app_row(position: int, entry: AppEntry) -> tuple[str, int, str, bytes | None, str]:
     fields = asdict(entry)
     data = fields.pop("data")
     blob = None if data is None else codec.encode(AppState(request_id=0, data=data))
-    return (entry.app, position, json.dumps(fields), blob)
-
-
-def aside(path: Path) -> Path:
-    """Move a damaged store (and its WAL files) aside; returns the new name of the main file."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    for suffix in ("", "-wal", "-shm"):
-        source = Path(f"{path}{suffix}")
-        if source.exists():
-            os.replace(source, f"{target}{suffix}")
-    return target
-
-
-def repair(path: Path) -> dict[str, Any]:
-    """Salvage what can be read into a fresh store, keeping the damaged file aside."""
-    try:
-        DesktopStore(path).close()
-        return {"path": str(path), "repaired": False, "detail": "the store is healthy"}
-    except StoreCorrupt as exc:
-        problem = exc.message
-    damaged = aside(path)
-    salvaged: dict[str, list[tuple[Any, ...]]] = {"meta": [], "apps": []}
-    try:
-        old = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True)
-        for table in salvaged:
-            try:
-                for row in old.execute(f"SELECT * FROM {table}"):
-                    salvaged[table].append(tuple(row))
-            except sqlite3.DatabaseError:
-                continue  # this table is unreadable; keep what came before the damage
-        old.close()
-    except sqlite3.DatabaseError:
-        pass
-    fresh = DesktopStore(path)
-    with fresh._transaction() as db:
-        db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", salvaged["meta"])
-        db.executemany("INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?)", salvaged["apps"])
-    fresh.close()
-    return {
-        "path": str(path),
-        "repaired": True,
-        "kept": str(damaged),
-        "salvaged_apps": len(salvaged["apps"]),
-        "detail": problem,
-    }
-
-
-def describe_store(path: Path) -> dict[str, Any]:
-    """Name, created and last-used times and size of a store, read without changing it."""
-    size = sum(
-        Path(f"{path}{s}").stat().st_size for s in ("", "-wal") if Path(f"{path}{s}").exists()
-    )
-    info: dict[str, Any] = {"desktop": path.stem, "path": str(path), "size_bytes": size}
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        info["apps"] = db.execute("SELECT count(*) FROM apps").fetchone()[0]
-        db.close()
-        info["created"] = float(meta["created"]) if "created" in meta else None
-        info["last_used"] = float(meta["last_used"]) if "last_used" in meta else None
-        info["healthy"] = True
-    except (sqlite3.DatabaseError, ValueError) as exc:
-        info.update(created=None, last_used=None, apps=None, healthy=False, problem=str(exc))
-    return info
+    text = json.dumps(fields)
+    return (entry.app, position, text, blob, row_checksum(text, blob))

@@ -17,7 +17,9 @@ import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.state import FORMAT, VERSION, AppEntry, DesktopState
-from aotui.supervisor.store import DesktopStore, StoreCorrupt, repair
+from aotui.supervisor.store import DesktopStore
+from aotui.supervisor.store_faults import StoreCorrupt
+from aotui.supervisor.store_repair import repair
 from tests.conftest import RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]

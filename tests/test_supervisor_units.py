@@ -63,7 +63,9 @@ def test_registry_refcount_and_bound(clock: FakeClock) -> None:
     # the bound evicts unreferenced entries first, then the oldest
     assert registry.get(more[-1]) == 5
     assert registry.latest == more[-1]
-    registry.release("T404")  # releasing an unknown id is harmless
+    with pytest.raises(AotuiError) as unknown:
+        registry.release("T404")  # releasing an unknown id is an error, like using one
+    assert unknown.value.code is ErrorCode.E_STALE_STATE
 
 
 def test_registry_unknown_id(clock: FakeClock) -> None:
