@@ -41,7 +41,8 @@ from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError
 from aotui.protocol.messages import AppState
 from aotui.supervisor.state import VERSION, AppEntry, DesktopState
-from aotui.supervisor.store_faults import StoreCorrupt, StoreIOError, from_sqlite
+from aotui.supervisor.store_faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
+from aotui.supervisor.store_lock import lock_holder
 from aotui.supervisor.wal_check import tail_damage
 
 __all__ = [
@@ -134,7 +135,10 @@ class DesktopStore:
             self._upgrade()
         except sqlite3.Error as exc:
             self._db.close()
-            raise from_sqlite(path, exc, "read") from None
+            error = from_sqlite(path, exc, "read")
+            if isinstance(error, StoreHeld):
+                error = StoreHeld(path, lock_holder(path))  # name the supervisor that has it
+            raise error from None
         except AotuiError:
             self._db.close()
             raise

@@ -40,7 +40,7 @@ def aside(path: Path, identity: bool = True) -> Path:
         if source.exists():
             os.replace(source, f"{target}{suffix}")
     if identity and identity_path(path).exists():
-        os.replace(identity_path(path), f"{target}.identity")
+        os.replace(identity_path(path), f"{identity_path(path)}.corrupt-{stamp}")
     return target
 
 

@@ -5,15 +5,26 @@ Each test damages, locks or races a real store driven by a real supervisor (issu
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import json
 import os
+import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import TEST_APPS, RunningDesktop, write_config
+import psutil
+import pytest
+
+from aotui.protocol.errors import ErrorCode
+from aotui.supervisor.client import Client, DesktopUnavailable
+from tests.conftest import TEST_APPS, RunningDesktop, wait_for, write_config
 
 Start = Callable[..., RunningDesktop]
 BUMP = '<context app_id="{app}" view_id="view_0">execute bump</context>'
@@ -145,3 +156,330 @@ def test_failed_start_writes_nothing_to_the_store(
     db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
     assert db.execute("SELECT count(*) FROM apps").fetchone()[0] == 2
     db.close()
+
+
+# --- a small real disk: a tmpfs in a private mount namespace ----------------------------------
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None,
+    reason="a full disk is made with a tmpfs in a private mount namespace: needs root, "
+    "unshare and nsenter",
+)
+
+
+@dataclass
+class TinyDisk:
+    """A tmpfs of ``size`` mounted at ``mount`` in a private mount namespace held by ``holder``.
+
+    Processes run inside it through ``nsenter``; the test reaches its files through
+    ``/proc/<holder>/root``. The namespace (and the tmpfs) ends with the holder.
+    """
+
+    holder: subprocess.Popen[bytes]
+    mount: Path
+
+    def outside(self, path: Path) -> Path:
+        return Path(f"/proc/{self.holder.pid}/root{path}")
+
+    def command(self, *args: str) -> list[str]:
+        return ["nsenter", "-t", str(self.holder.pid), "-m", "--", *args]
+
+    def fill(self) -> None:
+        """Write a filler file until the disk is full."""
+        fd = os.open(self.outside(self.mount / "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+        finally:
+            os.close(fd)
+
+    def free(self) -> None:
+        self.outside(self.mount / "filler").unlink()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[TinyDisk]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    holder = subprocess.Popen(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=2m,mode=0700 tmpfs '{mount}' && echo ready && exec sleep 600",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"ready\n"
+        yield TinyDisk(holder, mount)
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+def ns_desktop(
+    disk: TinyDisk, tmp_path: Path, name: str, apps: list[str], started: list[RunningDesktop]
+) -> RunningDesktop:
+    """A supervisor whose AOTUI_HOME is on the tiny disk (its sockets are not)."""
+    config = write_config(tmp_path / f"{name}.toml", [str(TEST_APPS / a) for a in apps])
+    runtime = tmp_path / "run"
+    log = open(tmp_path / f"{name}.out", "ab")  # noqa: SIM115 -- closed with the process
+    process = subprocess.Popen(
+        disk.command(
+            sys.executable,
+            "-m",
+            "aotui.supervisor",
+            "up",
+            "--desktop",
+            name,
+            "--config",
+            str(config),
+            "--socket",
+            str(runtime),
+        ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "AOTUI_HOME": str(disk.mount / "home")},
+    )
+    log.close()
+    desktop = RunningDesktop(process, runtime, name, Client(name, str(runtime), timeout_s=20))
+    started.append(desktop)
+    return desktop
+
+
+@pytest.fixture
+def ns_started() -> Iterator[list[RunningDesktop]]:
+    """Supervisors a test started in a namespace: all gone at teardown, whatever happened."""
+    started: list[RunningDesktop] = []
+    yield started
+    for desktop in started:
+        family = desktop.descendants()
+        if desktop.process.poll() is None:
+            with contextlib.suppress(Exception):
+                desktop.client.shutdown()
+            try:
+                desktop.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                desktop.process.kill()
+                desktop.process.wait()
+        desktop.client.close()
+        _gone, alive = psutil.wait_procs(family, timeout=5)
+        for leftover in alive:
+            leftover.kill()
+        assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+
+
+def wait_up(desktop: RunningDesktop, tmp_path: Path) -> None:
+    def up() -> bool:
+        if desktop.process.poll() is not None:
+            pytest.fail((tmp_path / f"{desktop.name}.out").read_text())
+        try:
+            desktop.client.ping(timeout_s=0.5)
+        except DesktopUnavailable:
+            return False
+        return True
+
+    wait_for(up, 30, "the desktop to answer")
+
+
+# --- item 2: an I/O or space error is never damage; repair never moves a healthy store --------
+
+
+@needs_root
+def test_full_disk_is_an_io_error_never_damage(
+    tiny_disk: TinyDisk, tmp_path: Path, ns_started: list[RunningDesktop]
+) -> None:
+    desktop = ns_desktop(tiny_disk, tmp_path, "full", ["echo"], ns_started)
+    wait_up(desktop, tmp_path)
+    desktop.client.execute("<context>open --application app_0</context>")
+    assert bump(desktop, "app_0", 10) == 10
+    stop(desktop)
+    home = tiny_disk.mount / "home"
+    path = tiny_disk.outside(store_of(home, "full"))
+    before = digest(path)
+    tiny_disk.fill()
+
+    env = {**os.environ, "AOTUI_HOME": str(home)}
+    config = write_config(tmp_path / "full2.toml", [str(TEST_APPS / "echo")])
+    up = subprocess.run(
+        tiny_disk.command(
+            sys.executable, "-m", "aotui.supervisor", "up", "--desktop", "full",
+            "--config", str(config), "--socket", str(tmp_path / "run"),
+        ),
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert up.returncode == ErrorCode.E_IO.exit_code, up.stderr
+    assert "E_IO" in up.stderr
+    assert "it is damaged" not in up.stderr
+    assert "the file is not damaged" in up.stderr
+    assert "--repair" not in up.stderr
+    listed = subprocess.run(
+        tiny_disk.command(sys.executable, "-m", "aotui.supervisor", "desktops", "--json"),
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    row = json.loads(listed.stdout)[0]
+    assert row["health"] in ("ok", "io error"), row
+    repaired = subprocess.run(
+        tiny_disk.command(
+            sys.executable, "-m", "aotui.supervisor", "desktops", "--repair", "full", "--json"
+        ),
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert '"repaired": true' not in repaired.stdout, repaired.stdout
+    assert not list(path.parent.glob("*.corrupt-*")), "repair moved a store that is not damaged"
+    assert digest(path) == before
+
+    tiny_disk.free()
+    again = ns_desktop(tiny_disk, tmp_path, "full", ["echo"], ns_started)
+    wait_up(again, tmp_path)
+    assert bump(again, "app_0", 1) == 11  # all 10 acknowledged bumps are there
+
+
+def test_empty_or_missing_store_of_an_existing_desktop_is_damage(
+    start_desktop: Start, private_home: Path, tmp_path: Path
+) -> None:
+    desktop = start_desktop(["echo"])
+    desktop.client.execute("<context>open --application app_0</context>")
+    bump(desktop, "app_0", 3)
+    stop(desktop)
+    path = store_of(private_home, desktop.name)
+    config = write_config(tmp_path / "again.toml", [str(TEST_APPS / "echo")])
+    up_args = ["up", "--desktop", desktop.name, "--config", str(config)]
+    up_args += ["--socket", str(tmp_path / "run2")]
+    path.write_bytes(b"")
+    up = cli(private_home, *up_args)
+    assert up.returncode == 70, up.stderr
+    assert "the file is empty, but this desktop existed" in up.stderr
+    assert path.read_bytes() == b""  # not turned into a new desktop
+    listed = cli(private_home, "desktops")
+    assert "DAMAGED: the file is empty" in listed.stdout
+    path.unlink()
+    up = cli(private_home, *up_args)
+    assert up.returncode == 70, up.stderr
+    assert "the file is missing, but this desktop existed" in up.stderr
+    assert not path.exists()
+    fresh = cli(private_home, *up_args, "--detach", "--fresh")
+    assert fresh.returncode == 0, fresh.stderr  # the way out still works
+    cli(private_home, "down", "--desktop", desktop.name, "--socket", str(tmp_path / "run2"))
+
+
+# --- item 3: a repaired store keeps its identity and its salvaged apps -----------------------
+
+
+def test_repair_keeps_identity_and_salvaged_apps(start_desktop: Start, private_home: Path) -> None:
+    desktop = start_desktop(["echo", "crashy"])
+    desktop.client.execute("<context>open --application app_0; open --application app_1</context>")
+    bump(desktop, "app_0", 4)
+    bump(desktop, "app_1", 6)
+    stop(desktop)
+    path = store_of(private_home, desktop.name)
+    db = sqlite3.connect(path)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    meta_page = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'meta'").fetchone()[0]
+    db.close()
+    with open(path, "r+b") as handle:  # the meta table's page is overwritten with garbage
+        handle.seek((meta_page - 1) * page_size)
+        handle.write(b"\xa5" * page_size)
+    listed = cli(private_home, "desktops")
+    assert "DAMAGED" in listed.stdout, listed.stdout
+
+    repaired = cli(private_home, "desktops", "--repair", desktop.name, "--json")
+    assert repaired.returncode == 0, repaired.stderr
+    result = json.loads(repaired.stdout)
+    assert result["repaired"]
+    assert result["salvaged_apps"] == 2
+    assert Path(result["kept"]).exists()
+
+    again = start_desktop(["echo", "crashy"], name=desktop.name)
+    apps = {row["app"]: row for row in again.client.status()["apps"]}
+    assert sorted(apps) == ["app_0", "app_1"], apps  # the same apps, not a new desktop
+    assert bump(again, "app_0", 1) == 5
+    assert bump(again, "app_1", 1) == 7
+    assert "Desktop restored." in system_logs(again)
+
+
+# --- item 4: one store, one supervisor -------------------------------------------------------
+
+
+def supervisors_of(tmp_path: Path) -> list[psutil.Process]:
+    """Every supervisor process started with a config under this test's ``tmp_path``."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = process.info["cmdline"] or []
+        if "aotui.supervisor" in line and "up" in line and any(str(tmp_path) in a for a in line):
+            found.append(process)
+    return found
+
+
+@pytest.fixture
+def reaper(tmp_path: Path) -> Iterator[None]:
+    """Kill every supervisor this test left (detached ones are not our children)."""
+    yield
+    for process in supervisors_of(tmp_path):
+        family = [process, *process.children(recursive=True)]
+        for member in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+        psutil.wait_procs(family, timeout=10)
+
+
+@pytest.mark.usefixtures("reaper")
+def test_two_concurrent_detached_ups_start_one_supervisor(
+    private_home: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "race.toml", [str(TEST_APPS / "echo")])
+    command = [sys.executable, "-m", "aotui.supervisor", "up", "--detach", "--json"]
+    command += ["--desktop", "race", "--config", str(config), "--socket", str(tmp_path / "run")]
+    env = {**os.environ, "AOTUI_HOME": str(private_home)}
+    racers = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        for _ in range(2)
+    ]
+    outcomes = [(r.communicate(timeout=60), r.returncode)[::-1] for r in racers]
+    codes = sorted(code for code, _ in outcomes)
+    assert codes[0] == 0, outcomes
+    assert codes[1] != 0, f"both `up`s said they started the desktop: {outcomes}"
+    winner = json.loads(next(out for code, (out, _) in outcomes if code == 0))["pid"]
+    loser = b"".join(next(out for code, out in outcomes if code != 0)).decode()
+    assert "E_LOCKED" in loser, loser
+    assert f"pid {winner}" in loser, loser
+    wait_for(lambda: len(supervisors_of(tmp_path)) == 1, 10, "the loser's supervisor to exit")
+    assert [p.pid for p in supervisors_of(tmp_path)] == [winner]
+
+
+@pytest.mark.usefixtures("reaper")
+def test_same_desktop_under_another_socket_or_frozen_is_refused(
+    start_desktop: Start, private_home: Path, tmp_path: Path
+) -> None:
+    desktop = start_desktop(["echo"])
+    pid = desktop.process.pid
+    config = write_config(tmp_path / "second.toml", [str(TEST_APPS / "echo")])
+    second = ["up", "--desktop", desktop.name, "--config", str(config)]
+    up = cli(private_home, *second, "--socket", str(tmp_path / "elsewhere"))
+    assert up.returncode == ErrorCode.E_LOCKED.exit_code, up.stderr
+    assert f"already served by pid {pid}" in up.stderr
+    listed = cli(private_home, "desktops", "--socket", str(desktop.runtime))
+    assert f"running (pid {pid})" in listed.stdout
+
+    os.kill(pid, signal.SIGSTOP)  # a frozen supervisor answers nothing, and still holds it
+    try:
+        up = cli(private_home, *second, "--socket", str(desktop.runtime), "--detach")
+        listed = cli(private_home, "desktops", "--socket", str(desktop.runtime))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert up.returncode == ErrorCode.E_LOCKED.exit_code, up.stderr
+    assert f"pid {pid}" in up.stderr
+    assert f"held by pid {pid} (not answering)" in listed.stdout
+    assert [p.pid for p in supervisors_of(tmp_path)] == [pid]
+    desktop.client.execute("<context>open --application app_0</context>")
+    assert bump(desktop, "app_0", 1) == 1  # the one supervisor serves on
