@@ -42,7 +42,7 @@ from aotui.supervisor.app_record import AppRecord, AppStatus
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.http_broker import HttpRequest, fetch, policy_from_permissions
 from aotui.supervisor.launcher import ZygoteLauncher
-from aotui.supervisor.paths import DesktopPaths, app_log_dir
+from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
 from aotui.supervisor.view_tree import ViewTree
 from aotui.supervisor.watchdog import Watchdog
 from aotui.supervisor.worker_handle import LOG_LINES_PER_S, WorkerHandle, describe_exit
@@ -170,11 +170,12 @@ class AppRunner:
         # ZMQ_USE_FD), at a fresh path in our 0700 directory; we connect to it. Identity is
         # the socket a frame arrives on, never what the frame says.
         path = self.paths.workers / f"{app.app_id}-{secrets.token_hex(6)}.sock"
-        endpoint = f"ipc://{path}"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         output = AppLog(app_log_dir(self.config.desktop) / f"{app.app_id}.log")
         try:
-            listener.bind(str(path))
+            address = unix_address(path)  # a long runtime path is reached through a short one
+            endpoint = f"ipc://{address}"
+            listener.bind(address)
             listener.listen(4)
             sock = self.context.socket(zmq.PAIR)
             sock.setsockopt(zmq.LINGER, 0)

@@ -28,11 +28,12 @@ from aotui.protocol.messages import (
     Operation,
     ViewFragment,
 )
+from aotui.supervisor.app_logs import last_output, log_size
 from aotui.supervisor.app_record import AppRecord, AppStatus
 from aotui.supervisor.app_runner import AppRunner
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.manifest import Manifest, load_manifest
-from aotui.supervisor.paths import DesktopPaths, store_path
+from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
 from aotui.supervisor.registry import SnapshotRegistry
 from aotui.supervisor.snapshot import RefTable, Snapshot, build_snapshot
 from aotui.supervisor.state import AppEntry, DesktopState
@@ -91,6 +92,7 @@ class Desktop:
         to_open: list[tuple[AppRecord, str]] = []
         if saved is not None:
             to_open = self.restore(saved)
+        restored = {app.app_id for app, _ in to_open}
         installed = {app.manifest.id for app in self.apps}
         quarantined = self.store.quarantined if self.store else []
         installed |= {q.manifest_id for q in quarantined if q.manifest_id}
@@ -113,7 +115,9 @@ class Desktop:
             )
         self.log("Desktop restored." if saved else "Desktop initialized.")
         self.loaded = True
-        await asyncio.gather(*(self._reopen(app, status) for app, status in to_open))
+        await asyncio.gather(
+            *(self._reopen(app, status, again=app.app_id in restored) for app, status in to_open)
+        )
         if self.store is not None:
             try:
                 await asyncio.to_thread(self.store.save_desktop, self.serialize())
@@ -143,13 +147,19 @@ class Desktop:
         self.registry.reserve_ids()  # before any snapshot id is handed out, durably
         return saved
 
-    async def _reopen(self, app: AppRecord, status: str) -> None:
+    async def _reopen(self, app: AppRecord, status: str, again: bool) -> None:
+        logs = app_log_dir(self.config.desktop)
+        printed_before = log_size(logs, app.app_id)
         try:
             await self.open_app(app)
             if status == "collapsed":
                 app.transition(AppStatus.COLLAPSED)
         except AotuiError as exc:
-            self.log(f"Could not open {app.name} again: {exc.message}")
+            cause = exc.message
+            output = last_output(logs, app.app_id, since=printed_before)
+            if output:  # the app's own last words say why far better than an exit status
+                cause += f"; its last output: {output}"
+            self.log(f"Could not open {app.name}{' again' if again else ''}: {cause}")
 
     async def stop(self) -> None:
         """Stop every worker and the zygote (leaves no process behind); flush the store."""

@@ -20,6 +20,7 @@ import signal
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -35,7 +36,7 @@ from aotui.supervisor.app_record import AppRecord
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop import Desktop
 from aotui.supervisor.lease import InputLease
-from aotui.supervisor.paths import DesktopPaths
+from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
 from aotui.supervisor.snapshot import RefTable
 from aotui.supervisor.throttle import SignalThrottle
 
@@ -55,6 +56,8 @@ class Supervisor:
         self.lease = InputLease(config.lease_s)
         self.throttle = SignalThrottle(config.signal_rate_per_s)
         self.stopping = asyncio.Event()
+        # Uptime is this process's, not the stored desktop's age (which survives down/up).
+        self.started = time.monotonic()
         self.signal_wake = asyncio.Event()
         self.app_locks: dict[str, asyncio.Lock] = {}
         self.processes: dict[int, psutil.Process] = {}
@@ -79,17 +82,34 @@ class Supervisor:
     async def serve(self) -> None:
         """Bind, start the desktop, serve until shutdown, then stop every process we started."""
         self.paths.create()
+        sockets = (self.paths.control_file, self.paths.signals_file)
+        for path in sockets:
+            if is_listening(path):
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"desktop {self.config.desktop!r} is already running at {self.paths.root}",
+                )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # left by a desktop that was killed
         context = zmq.asyncio.Context()
         self.control = context.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         self.control.setsockopt(zmq.MAXMSGSIZE, 16 << 20)
         self.pub = context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
-        for path in ("control.sock", "signals.sock"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.paths.root / path)
-        self.control.bind(self.paths.control)
-        self.pub.bind(self.paths.signals)
+        bound: dict[Path, int] = {}
+        try:
+            for path, sock in zip(sockets, (self.control, self.pub), strict=True):
+                sock.bind(f"ipc://{unix_address(path)}")
+                bound[path] = path.stat().st_ino
+            await self._run(context)
+        finally:
+            self.control.close(linger=0)
+            self.pub.close(linger=0)
+            context.term()
+            _remove_sockets(bound)
+
+    async def _run(self, context: zmq.asyncio.Context) -> None:
         self.desktop = Desktop(self.config, self.paths, context, self.changed)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -110,9 +130,6 @@ class Supervisor:
             await self.desktop.stop()
             with contextlib.suppress(FileNotFoundError):
                 self.paths.pidfile.unlink()
-            self.control.close(linger=0)
-            self.pub.close(linger=0)
-            context.term()
 
     async def _serve_control(self) -> None:
         pending: set[asyncio.Task[None]] = set()
@@ -258,7 +275,8 @@ class Supervisor:
         return {
             "pid": os.getpid(),
             "desktop": self.config.desktop,
-            "uptime_s": round(time.time() - self.desktop.created, 1),
+            "uptime_s": round(time.monotonic() - self.started, 1),
+            "created": self.desktop.created,
             "rss_bytes": me.memory_info().rss,
             "open_fds": me.num_fds(),
             "snapshots": len(self.desktop.registry),
@@ -328,6 +346,14 @@ class Supervisor:
         """Stop the desktop after answering."""
         asyncio.get_running_loop().call_soon(self.stopping.set)
         return {"pid": os.getpid()}
+
+
+def _remove_sockets(bound: dict[Path, int]) -> None:
+    """Remove our socket files, so a client of a stopped desktop is told at once, not in 30 s."""
+    for path, inode in bound.items():
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_ino == inode:  # never a newer desktop's socket
+                path.unlink()
 
 
 def _text(params: dict[str, Any], name: str) -> str:

@@ -22,8 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aotui.protocol.errors import ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.registry import SnapshotRegistry
+from aotui.supervisor.store import DesktopStore
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for, write_config
 
 Start = Callable[..., RunningDesktop]
@@ -483,3 +485,47 @@ def test_same_desktop_under_another_socket_or_frozen_is_refused(
     assert [p.pid for p in supervisors_of(tmp_path)] == [pid]
     desktop.client.execute("<context>open --application app_0</context>")
     assert bump(desktop, "app_0", 1) == 1  # the one supervisor serves on
+
+
+# --- item 7: snapshot ids never repeat; a retained id outlives the cap; unknown ids are errors --
+
+
+def test_snapshot_ids_never_repeat_past_a_reserved_block(private_home: Path) -> None:
+    path = private_home / "desktops" / "ids.db"
+    handed_out: list[str] = []
+    for _life in range(3):  # each life ends as a crash would: the registry is simply gone
+        store = DesktopStore(path)
+        registry: SnapshotRegistry[int] = SnapshotRegistry(
+            reserve=store.reserve_snapshot_ids, block=10
+        )
+        registry.reserve_ids()
+        handed_out += [registry.add(i) for i in range(25)]  # 2.5 blocks in one life
+        store.close()
+    assert len(set(handed_out)) == len(handed_out), "a snapshot id was handed out twice"
+
+
+def test_retained_snapshot_outlives_the_cap_and_unknown_release_is_an_error(
+    start_desktop: Start,
+) -> None:
+    desktop = start_desktop(["echo"], snapshot_max_entries=8)
+    keeper = desktop.new_client()
+    keeper.execute("<context>open --application app_0</context>")
+    keeper.snapshot()
+    kept = keeper.snapshot_id
+    assert kept is not None
+    keeper.call("retain_snapshot", snapshot_id=kept)
+    puller = desktop.new_client()
+    for _ in range(30):  # another reader pulls far past the cap
+        puller.call("snapshot")
+    # the retained id still resolves (its refs are the ones the keeper saw)
+    assert keeper.execute(BUMP.format(app="app_0"), snapshot_id=kept)["results"] == [1]
+    with pytest.raises(AotuiError) as unknown:
+        keeper.call("release_snapshot", snapshot_id="T999999999")
+    assert unknown.value.code is ErrorCode.E_STALE_STATE
+    # pinning is bounded: past half the cap a retain is refused, never an eviction
+    for _ in range(3):
+        keeper.call("retain_snapshot", snapshot_id=puller.call("snapshot")["snapshot_id"])
+    with pytest.raises(AotuiError) as refused:
+        keeper.call("retain_snapshot", snapshot_id=puller.call("snapshot")["snapshot_id"])
+    assert "retained already" in refused.value.message
+    assert keeper.execute(BUMP.format(app="app_0"), snapshot_id=kept)["results"] == [2]
