@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["AppLog", "log_files"]
+__all__ = ["AppLog", "last_output", "log_files", "log_size"]
 
 
 class AppLog:
@@ -95,3 +95,30 @@ def log_files(folder: Path, app: str) -> list[Path]:
         key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0,
     )
     return [*reversed(rotated), *([current] if current.exists() else [])]
+
+
+def log_size(folder: Path, app: str) -> int:
+    """How many bytes an app's current log holds (0 when it has none)."""
+    try:
+        return (folder / f"{app}.log").stat().st_size
+    except OSError:
+        return 0
+
+
+def last_output(folder: Path, app: str, since: int = 0, limit: int = 300) -> str:
+    """The last line an app printed after byte ``since`` (often why it failed to start)."""
+    path = folder / f"{app}.log"
+    try:
+        with open(path, "rb") as handle:
+            size = path.stat().st_size
+            handle.seek(max(0, size - 8192, since if since <= size else 0))
+            tail = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1]
+    if len(line) > 20 and line[4] == "-" and line[19] == " ":  # "2026-11-23 09:10:18 "
+        line = line[20:]
+    return line.strip()[:limit]

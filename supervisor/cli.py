@@ -11,11 +11,13 @@ import asyncio
 import json
 import logging
 import os
+import platform
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
 from aotui.supervisor.app_logs import log_files
@@ -62,6 +64,7 @@ def _emit(args: argparse.Namespace, result: Any, text: str | None = None) -> Non
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Start a desktop (foreground, or detached and wait until it answers)."""
+    # --desktop wins over the config file's ``desktop =``, which wins over "default".
     config = load_config(args.config, desktop=args.desktop)
     paths = DesktopPaths.for_desktop(config.desktop, args.socket)
     with Client(config.desktop, args.socket) as probe:
@@ -74,6 +77,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             ErrorCode.E_INVALID_CMD,
             f"desktop {config.desktop!r} is already running (pid {running['pid']})",
         )
+    _check_data_home(config.desktop)
     stored = store_path(config.desktop)
     holder = lock_holder(stored)
     if holder is not None:  # also when that supervisor is frozen and answers nothing
@@ -129,8 +133,36 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_data_home(desktop: str) -> None:
+    """Refuse to start, in one line, when the desktop's store and logs cannot be written."""
+    home = data_home()
+    for folder in (store_path(desktop).parent, app_log_dir(desktop)):
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            writable = os.access(folder, os.W_OK | os.X_OK)
+        except OSError as exc:
+            raise AotuiError(
+                ErrorCode.E_IO,
+                f"cannot create {folder} ({exc.strerror}); set AOTUI_HOME to a directory "
+                f"you can write (now {home})",
+            ) from None
+        if not writable:
+            raise AotuiError(
+                ErrorCode.E_IO,
+                f"cannot write in {folder}; set AOTUI_HOME to a directory you can write "
+                f"(now {home})",
+            )
+
+
 def cmd_desktops(args: argparse.Namespace) -> int:
     """The stored desktops: created, last used, size, running or not; ``--repair NAME``."""
+    if args.repair and not store_path(args.repair).is_file():
+        # Repairing a name that was never a desktop must not create one.
+        raise AotuiError(
+            ErrorCode.E_NOT_FOUND,
+            f"there is no desktop named {args.repair!r} in {data_home() / 'desktops'}; "
+            "`aotui desktops` lists them",
+        )
     if args.repair:
         result = repair(store_path(args.repair))
         text = (
@@ -169,9 +201,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     files = log_files(folder, app)
     if not files and not args.follow:
         raise AotuiError(ErrorCode.E_NOT_FOUND, f"no output captured for {app} in {folder}")
-    for path in files:
-        sys.stdout.write(path.read_text(errors="replace"))
-    sys.stdout.flush()
+    text = "".join(path.read_text(errors="replace") for path in files)
+    if args.json and not args.follow:
+        _emit(args, text.splitlines())  # a JSON array of lines, `[]` for an empty log
+        return 0
+    _write_log(args, text)
     if not args.follow:
         return 0
     current = folder / f"{app}.log"
@@ -186,9 +220,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if size > position:
             with open(current, "rb") as handle:
                 handle.seek(position)
-                sys.stdout.write(handle.read().decode(errors="replace"))
-                sys.stdout.flush()
+                _write_log(args, handle.read().decode(errors="replace"))
             position = size
+
+
+def _write_log(args: argparse.Namespace, text: str) -> None:
+    """Log text as it is, or with ``--json`` (following) one JSON string per line."""
+    if args.json:
+        text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in text.splitlines())
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -282,6 +323,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if probe.returncode != 0:
         raise AotuiError(ErrorCode.E_INTERNAL, f"the sandbox probe failed: {probe.stderr.strip()}")
     report = json.loads(probe.stdout)
+    # Which Python runs aotui (and its workers) decides what a dropped uid can read.
+    report["interpreter"] = {
+        "path": sys.executable,
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+    }
     _emit(args, report, format_doctor(report))
     return 0 if report["this_user"].get("strict_ready") else 1
 
@@ -310,15 +357,27 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with CONTRACT §7's exit code for usage errors (64, not argparse's 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ErrorCode.E_INVALID_CMD.exit_code, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--desktop", default="default", help="desktop name (default: default)")
+    common.add_argument(
+        "--desktop",
+        default=None,
+        help="desktop name (default: the config's `desktop`, else default)",
+    )
     common.add_argument(
         "--socket", default=None, help="runtime directory (default $AOTUI_SOCKET, XDG, /tmp)"
     )
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="aotui",
         description="A text desktop for LLM agents: apps in sandboxed workers, one Markdown view.",
         epilog=EPILOG,
@@ -356,9 +415,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status of a command whose reader went away (``aotui status | head -1``), as for SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aotui`` script; returns the exit code."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe fails here (after --help too), not at exit
+    except BrokenPipeError:
+        # The reader went away (`aotui status | head -1`): stop quietly, and keep the
+        # interpreter's last flush of stdout from failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "up" and args.desktop is None:
+        args.desktop = "default"
     handler = COMMANDS[args.command][0]
     try:
         return handler(args)

@@ -4,7 +4,7 @@ It holds the snapshot id (CONTRACT §6): :meth:`Client.snapshot` stores the id o
 returns and releases the previous one; :meth:`Client.execute` attaches the stored id, so refs
 resolve against what the agent read. The agent never sees the id.
 
-    with Client() as client:
+    with Client() as client:          # leaving the block releases the lease
         client.acquire("my-agent")
         text = client.snapshot()
         client.execute('<context>open --application app_2</context>')
@@ -14,6 +14,7 @@ A client is not thread-safe; use one per thread (the lease heartbeat thread has 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -27,18 +28,18 @@ import zmq
 from aotui.protocol import codec
 from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
 from aotui.protocol.messages import ErrorReply, Reply, Request, Signal
-from aotui.supervisor.paths import DesktopPaths
+from aotui.supervisor.paths import DesktopPaths, is_listening
 
 __all__ = ["Client", "DesktopUnavailable"]
 
 
 class DesktopUnavailable(AotuiError):
-    """No desktop answers at the endpoint (not started, or gone); the CLI exits 69."""
+    """No desktop answers at the endpoint (not started, or gone): ``E_UNAVAILABLE``, exit 69."""
 
     exit_code = EXIT_NO_DESKTOP
 
     def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.E_INTERNAL, message)
+        super().__init__(ErrorCode.E_UNAVAILABLE, message)
 
 
 class Client:
@@ -60,19 +61,27 @@ class Client:
         self._sock: zmq.Socket[bytes] | None = None
         self._heartbeat: threading.Thread | None = None
         self._heartbeat_stop = threading.Event()
+        self._holds_lease = False
 
     # --- plumbing -------------------------------------------------------------------------------
 
     def _socket(self) -> zmq.Socket[bytes]:
         if self._sock is None:
-            control = self.paths.root / "control.sock"
-            if not control.exists():
+            # Asked before connecting: ZeroMQ would wait out the whole timeout on a socket file
+            # that a killed desktop left behind, or on one that is not there yet.
+            if not is_listening(self.paths.control_file):
                 raise DesktopUnavailable(
                     f"no desktop is running at {self.paths.root} (start one with `aotui up`)"
                 )
             sock = self._context.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(self.paths.control)
+            try:
+                sock.connect(self.paths.control)
+            except (OSError, zmq.ZMQError) as exc:
+                sock.close(linger=0)
+                raise DesktopUnavailable(
+                    f"cannot reach the desktop at {self.paths.root}: {exc}"
+                ) from None
             self._sock = sock
         return self._sock
 
@@ -114,8 +123,13 @@ class Client:
             self._sock = None
 
     def close(self) -> None:
-        """Stop the heartbeat, release what this client holds, close the socket."""
+        """Stop the heartbeat, release the input lease if this client holds it, close."""
         self._stop_heartbeat()
+        if self._holds_lease and self._sock is not None and is_listening(self.paths.control_file):
+            # Otherwise the desktop stays locked for the whole lease after we are gone.
+            with contextlib.suppress(AotuiError):
+                self.release(timeout_s=2.0)
+        self._holds_lease = False
         self._drop_socket()
         self._context.term()
 
@@ -162,6 +176,7 @@ class Client:
         """Take the input lease (renewed by a background heartbeat until :meth:`release`)."""
         self.owner = owner or self.owner or f"client-{os.getpid()}"
         lease_s: float = self.call("acquire", owner=self.owner)["lease_s"]
+        self._holds_lease = True
         if heartbeat and self._heartbeat is None:
             self._heartbeat_stop.clear()
             self._heartbeat = threading.Thread(
@@ -187,11 +202,12 @@ class Client:
             self._heartbeat.join(timeout=5)
             self._heartbeat = None
 
-    def release(self) -> None:
-        """Give the input lease up."""
+    def release(self, timeout_s: float | None = None) -> None:
+        """Give the input lease up (also done by :meth:`close` and leaving a ``with`` block)."""
         self._stop_heartbeat()
+        self._holds_lease = False
         if self.owner is not None:
-            self.call("release", owner=self.owner)
+            self.call("release", timeout_s=timeout_s, owner=self.owner)
 
     def status(self) -> dict[str, Any]:
         """Supervisor and per-app status (CONTRACT §8)."""

@@ -112,6 +112,26 @@ def _script(t: Transcript) -> None:
         t.show("desktop (error)", f"{exc.code.value} (exit {exc.code.exit_code}): {exc.message}")
 
 
+def _start_failures(client: Client) -> list[str]:
+    """What System Logs say about apps that could not be opened (why a demo step failed)."""
+    try:
+        markdown = client.snapshot()
+    except AotuiError:
+        return []
+    # Only the System Logs view: an app's own text cannot pose as a start failure.
+    logs = re.search(r'<view id="view_\d+" name="System Logs">\n(.*?)\n</view>', markdown, re.S)
+    lines = logs.group(1).splitlines() if logs else []
+    return [line.removeprefix("- ") for line in lines if "] Could not open " in line]
+
+
+def _report_start_failures(failures: list[str], then: str) -> int:
+    print("aotui demo: an app the demo uses could not start:", file=sys.stderr)
+    for line in failures:
+        print(f"  {line}", file=sys.stderr)
+    print(f"({then}; `aotui doctor` checks what this machine can run)", file=sys.stderr)
+    return ErrorCode.E_APP_ERROR.exit_code
+
+
 def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _script) -> int:
     """Start a private desktop, run the script against it, stop it; returns the exit code."""
     with tempfile.TemporaryDirectory(prefix="aotui-demo-") as runtime:
@@ -147,6 +167,9 @@ def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _
                         print(f"aotui demo: the desktop did not start\n{err}", file=sys.stderr)
                         return 69
                     time.sleep(0.05)
+            failures = _start_failures(client)
+            if failures:  # the script would stop at its first step on that app, saying less
+                return _report_start_failures(failures, "so the demo did not run")
             transcript = Transcript(client, json_output)
             script(transcript)
             if json_output:
@@ -155,6 +178,9 @@ def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _
                 print(f"\n{_RULE}\ndemo finished: every command was answered.")
             return 0
         except AotuiError as exc:
+            failures = _start_failures(client)
+            if failures:
+                return _report_start_failures(failures, f"the demo stopped at: {exc}")
             print(f"aotui demo: {exc}", file=sys.stderr)
             return exc.code.exit_code
         finally:

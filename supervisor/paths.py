@@ -5,21 +5,97 @@ user and not a symlink (checked, so another user cannot plant one in ``/tmp``). 
 ``AOTUI_SOCKET`` overrides the base directory. Each desktop gets ``<base>/<desktop>/`` holding
 ``control.sock`` (client requests), ``signals.sock`` (PUB), ``workers/`` (one channel per worker),
 ``supervisor.pid`` and ``supervisor.log``.
+
+A socket path longer than ``sun_path`` allows (107 bytes: a long ``$XDG_RUNTIME_DIR``, a
+64-character desktop name) is bound and connected through an ``O_PATH`` descriptor of its
+directory, ``/proc/self/fd/N/control.sock``: the same file in the same directory, so the endpoints
+stay where CONTRACT §8 puts them and nothing is left elsewhere (see :func:`unix_address`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 
-__all__ = ["DesktopPaths", "app_log_dir", "base_dir", "data_home", "secure_dir", "store_path"]
+__all__ = [
+    "SUN_PATH_MAX",
+    "DesktopPaths",
+    "app_log_dir",
+    "base_dir",
+    "data_home",
+    "is_listening",
+    "secure_dir",
+    "store_path",
+    "unix_address",
+]
 
 _DESKTOP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+#: The longest path ``bind``/``connect`` take on an AF_UNIX socket (``sun_path`` less its NUL).
+SUN_PATH_MAX = 107
+
+# Directory descriptors behind the short addresses, one per directory for the process's life:
+# a ZeroMQ socket reconnects through its address at any time, so the descriptor must outlive it.
+_directory_fds: dict[Path, int] = {}
+_directory_fds_lock = threading.Lock()
+
+
+def unix_address(path: Path) -> str:
+    """An address for ``path`` that AF_UNIX ``bind``/``connect`` (and ZeroMQ ``ipc://``) accept.
+
+    ``path`` itself when it fits in ``sun_path``; else ``/proc/self/fd/N/<name>`` where ``N`` is
+    an ``O_PATH`` descriptor of its directory held by this process. Raises ``OSError`` when the
+    directory does not exist.
+    """
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return str(path)
+    return f"/proc/self/fd/{_directory_fd(path.parent)}/{path.name}"
+
+
+def is_listening(path: Path) -> bool:
+    """Whether a process listens on the socket file ``path`` (answers at once, never waits).
+
+    A socket file outlives a process that was killed; connecting to it is refused at once, so
+    this tells a dead desktop from a live one without waiting for a reply.
+    """
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        probe.connect(unix_address(path))
+    except BlockingIOError:
+        return True  # its backlog is full: busy, but someone listens
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _directory_fd(directory: Path) -> int:
+    with _directory_fds_lock:
+        now = os.stat(directory)
+        held = _directory_fds.get(directory)
+        if held is not None:
+            try:
+                then = os.fstat(held)
+            except OSError:
+                then = None
+            if then is not None and (then.st_dev, then.st_ino) == (now.st_dev, now.st_ino):
+                return held
+            # The directory was removed and made again (a desktop went down and came up).
+            _directory_fds.pop(directory)
+            if then is not None:
+                os.close(held)
+        fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        _directory_fds[directory] = fd
+        return fd
 
 
 def secure_dir(path: Path) -> Path:
@@ -97,14 +173,24 @@ class DesktopPaths:
         return self
 
     @property
+    def control_file(self) -> Path:
+        """The socket file of client requests."""
+        return self.root / "control.sock"
+
+    @property
+    def signals_file(self) -> Path:
+        """The socket file of the signal PUB socket."""
+        return self.root / "signals.sock"
+
+    @property
     def control(self) -> str:
-        """Endpoint for client requests."""
-        return f"ipc://{self.root / 'control.sock'}"
+        """Endpoint for client requests (``OSError`` if the directory is missing)."""
+        return f"ipc://{unix_address(self.control_file)}"
 
     @property
     def signals(self) -> str:
-        """Endpoint of the signal PUB socket."""
-        return f"ipc://{self.root / 'signals.sock'}"
+        """Endpoint of the signal PUB socket (``OSError`` if the directory is missing)."""
+        return f"ipc://{unix_address(self.signals_file)}"
 
     @property
     def workers(self) -> Path:

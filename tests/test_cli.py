@@ -47,7 +47,8 @@ def test_no_desktop_is_exit_69(tmp_path: Path) -> None:
         assert result.returncode == 69, (command, result.stderr)
         assert "no desktop is running" in result.stderr
     result = aotui("status", "--json", "--socket", str(tmp_path))
-    assert json.loads(result.stdout)["error"]["code"] == "E_INTERNAL"
+    error = json.loads(result.stdout)["error"]
+    assert (error["code"], error["recoverable"]) == ("E_UNAVAILABLE", True)  # CONTRACT §7
 
 
 def test_help_lists_every_command() -> None:
