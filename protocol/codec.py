@@ -50,7 +50,11 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.frame_guard import FrameRefused, claims_fit, scan
 from aotui.protocol.messages import MESSAGE_TYPES, Message
 
-__all__ = ["PROTOCOL_VERSION", "Codec", "decode", "encode"]
+__all__ = ["MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Codec", "decode", "encode"]
+
+#: The one frame-size limit: the codec refuses bigger frames, and every socket a worker or a
+#: client writes to sets it as ``ZMQ_MAXMSGSIZE``, so ZeroMQ refuses them before allocating.
+MAX_FRAME_BYTES = 4 << 20
 
 #: The first element of every frame; a frame of another version is refused.
 PROTOCOL_VERSION = 1
@@ -185,7 +189,7 @@ class Codec:
     """Encoder and decoder of frames under fixed limits; build once, share freely."""
 
     #: Largest frame in bytes, checked before unpacking.
-    max_frame_bytes: int = 4 * 1024 * 1024
+    max_frame_bytes: int = MAX_FRAME_BYTES
     #: Deepest container nesting, counting the frame array as 1 and its fields map as 2.
     max_depth: int = 32
     #: Most elements in one array, or entries in one map.

@@ -45,7 +45,12 @@ from aotui.supervisor.launcher import ZygoteLauncher
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
 from aotui.supervisor.view_tree import ViewTree
 from aotui.supervisor.watchdog import Watchdog
-from aotui.supervisor.worker_handle import LOG_LINES_PER_S, WorkerHandle, describe_exit
+from aotui.supervisor.worker_handle import (
+    LOG_LINES_PER_S,
+    MAX_WORKER_FRAME,
+    WorkerHandle,
+    describe_exit,
+)
 
 __all__ = ["AppRunner"]
 
@@ -179,6 +184,8 @@ class AppRunner:
             listener.listen(4)
             sock = self.context.socket(zmq.PAIR)
             sock.setsockopt(zmq.LINGER, 0)
+            # Refused by ZeroMQ before it allocates (options apply to connections made after).
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_WORKER_FRAME)
             sock.connect(endpoint)
             handle = WorkerHandle(app.app_id, endpoint, sock, self._message, self._violation)
             handle.start()
@@ -279,7 +286,7 @@ class AppRunner:
         if app is None:
             return
         if isinstance(message, FragmentUpdate):
-            app.views.apply(message)
+            app.views.apply(message, worker.last_frame_bytes)
             if not worker.first_update.done():
                 worker.first_update.set_result(None)
             elif app.status is AppStatus.RUNNING:

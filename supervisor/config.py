@@ -15,6 +15,7 @@ from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.restart import RestartPolicy
+from aotui.supervisor.snapshot import SnapshotBudget
 
 __all__ = ["BUNDLED_APPS_DIR", "DesktopConfig", "Limits", "load_config"]
 
@@ -88,6 +89,14 @@ class DesktopConfig:
     #: at most that much); ``off``: nothing is stored, a crashed desktop starts empty.
     durability: str = "ack"
     durability_batch_ms: int = 50
+    #: Snapshot budgets (CONTRACT §4): bytes of one app's views, of one view, lines of one
+    #: app's view tree (and views shown), deepest level listed, bytes of the whole snapshot.
+    #: What exceeds them is replaced by a marker naming the app.
+    snapshot_app_bytes: int = 256 << 10
+    snapshot_view_bytes: int = 64 << 10
+    snapshot_app_views: int = 64
+    snapshot_view_depth: int = 16
+    snapshot_max_bytes: int = 3 << 20
 
     def restart_policy(self, manifest_restart: Mapping[str, Any] | None = None) -> RestartPolicy:
         """The restart policy of an app: the config's, overridden by its manifest's."""
@@ -98,6 +107,16 @@ class DesktopConfig:
             "backoff_s": self.restart_backoff_s,
         }
         return RestartPolicy.from_dict({**base, **(manifest_restart or {})})
+
+    def snapshot_budget(self) -> SnapshotBudget:
+        """The snapshot budgets as one record."""
+        return SnapshotBudget(
+            app_bytes=self.snapshot_app_bytes,
+            view_bytes=self.snapshot_view_bytes,
+            app_views=self.snapshot_app_views,
+            view_depth=self.snapshot_view_depth,
+            total_bytes=self.snapshot_max_bytes,
+        )
 
     def resolve_app_dir(self, entry: str) -> Path:
         """An app directory from the config: absolute, or relative to the bundled apps."""
@@ -157,6 +176,12 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConf
             values[key] = float(value) if isinstance(default, float) else value
     config = DesktopConfig(**values)
     config.restart_policy()  # refuse a bad restart_mode now, not at the first crash
+    if config.snapshot_max_bytes > 3 << 20:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"config key 'snapshot_max_bytes' must be at most {3 << 20} (a snapshot must fit "
+            f"one 4 MiB frame), got {config.snapshot_max_bytes}",
+        )
     if config.durability not in ("ack", "batch", "off"):
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,

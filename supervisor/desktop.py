@@ -32,7 +32,7 @@ from aotui.supervisor.app_logs import last_output, log_size
 from aotui.supervisor.app_record import AppRecord, AppStatus
 from aotui.supervisor.app_runner import AppRunner
 from aotui.supervisor.config import DesktopConfig
-from aotui.supervisor.manifest import Manifest, load_manifest
+from aotui.supervisor.manifest import Manifest, load_manifest, name_key
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
 from aotui.supervisor.registry import SnapshotRegistry
 from aotui.supervisor.snapshot import RefTable, Snapshot, build_snapshot
@@ -372,6 +372,15 @@ class Desktop:
                     f"{manifest.id} is already installed as {app.app_id}",
                     {"app": app.app_id},
                 )
+            if name_key(app.name) == name_key(manifest.name):
+                # Two apps the agent cannot tell apart could pose as each other.
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"{manifest.app_dir / 'aoapp.json'}: field 'name' ({manifest.name!r}) is "
+                    f"already the name of {app.app_id} ({app.manifest.id}); names are unique "
+                    f"on a desktop: rename the app",
+                    {"app": app.app_id, "field": "name"},
+                )
         record = self._record(f"app_{self.next_app}", manifest)
         self.next_app += 1
         self.apps.append(record)
@@ -446,8 +455,16 @@ class Desktop:
 
     def snapshot(self) -> tuple[str, Snapshot]:
         """Assemble a snapshot and record its ref table; returns (snapshot id, snapshot)."""
-        snap = build_snapshot(self.apps, self.system_log)
+        snap = build_snapshot(
+            self.apps, self.system_log, self.config.snapshot_budget(), self._unshowable
+        )
         return self.registry.add(snap.refs), snap
+
+    def _unshowable(self, app: AppRecord, error: Exception) -> None:
+        """An app's block could not be assembled: say so once per app incarnation."""
+        if app.worker is not None and not app.worker.reported_unshowable:
+            app.worker.reported_unshowable = True
+            self.log(f"{app.name}'s views could not be shown ({type(error).__name__}: {error}).")
 
     async def run(self, command: Command, refs: RefTable | None) -> Any:
         """Run one parsed command; returns its result (``None`` for most)."""

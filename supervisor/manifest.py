@@ -1,23 +1,45 @@
 """App manifests (``aoapp.json``, CONTRACT §2): parsed and validated once, at install.
 
 A manifest that breaks any rule is refused with a message naming the field; an unknown permission
-string is refused, never ignored.
+string is refused, never ignored. ``name`` and ``description`` are one line of text without control
+or format characters (``name`` ≤ :data:`MAX_NAME`, ``description`` ≤ :data:`MAX_DESCRIPTION`
+characters): they reach the agent's snapshot, and a line break or a bidi override there could draw
+entries that are not the app's. Names are compared by :func:`name_key` for uniqueness.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.structure import DEFAULT_IGNORABLE
 from aotui.supervisor.restart import RestartPolicy
 
-__all__ = ["MANIFEST_NAME", "Manifest", "Permission", "load_manifest", "parse_permission"]
+__all__ = [
+    "MANIFEST_NAME",
+    "MAX_DESCRIPTION",
+    "MAX_NAME",
+    "Manifest",
+    "Permission",
+    "load_manifest",
+    "name_key",
+    "parse_permission",
+]
 
 MANIFEST_NAME = "aoapp.json"
+#: Longest app name, in characters (CONTRACT §2).
+MAX_NAME = 64
+#: Longest app description, in characters (CONTRACT §2).
+MAX_DESCRIPTION = 300
+#: General categories refused in one-line manifest text: controls, formats (bidi overrides, tag
+#: characters, zero-width characters), surrogates, private use, unassigned, line and paragraph
+#: separators.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 _APP_ID = re.compile(r"[a-z0-9]+(\.[a-z0-9_-]+)+")
 _HOST = re.compile(
@@ -75,6 +97,37 @@ def _refuse(path: Path, field: str, problem: str) -> AotuiError:
     )
 
 
+def name_key(name: str) -> str:
+    """What two names must not share on one desktop: "Chat", "chat" and "Ｃｈａｔ" are one name."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def _one_line(path: Path, field: str, value: object, limit: int, required: bool) -> str:
+    """A manifest text field checked against the one-line rules; returns it stripped."""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise _refuse(
+            path,
+            field,
+            "is required and must be a non-empty string" if required else "must be a string",
+        )
+    text = value.strip()
+    for char in text:
+        code = ord(char)
+        kind = unicodedata.category(char)
+        if kind in _REFUSED_CATEGORIES or any(
+            low <= code <= high for low, high in DEFAULT_IGNORABLE
+        ):
+            what = "a line break" if char in "\r\n\u2028\u2029\x85" else f"U+{code:04X} ({kind})"
+            raise _refuse(
+                path,
+                field,
+                f"holds {what}; it must be one line of text without control or format characters",
+            )
+    if len(text) > limit:
+        raise _refuse(path, field, f"is {len(text)} characters long; at most {limit} are allowed")
+    return text
+
+
 def parse_permission(text: str) -> Permission:
     """Parse ``resource:action[:scope]``; raises ``E_INVALID_CMD`` naming what is wrong."""
     if not isinstance(text, str):
@@ -128,9 +181,10 @@ def load_manifest(app_dir: str | Path) -> Manifest:
     entry_path = (directory / entry).resolve()
     if not entry_path.is_relative_to(directory) or not entry_path.is_file():
         raise _refuse(path, "entry", f"names {raw['entry']!r}, which is not a file in the app")
-    description = raw.get("description", "")
-    if not isinstance(description, str):
-        raise _refuse(path, "description", "must be a string")
+    app_name = _one_line(path, "name", raw["name"], MAX_NAME, required=True)
+    description = _one_line(
+        path, "description", raw.get("description", ""), MAX_DESCRIPTION, required=False
+    )
     system = raw.get("system", False)
     if not isinstance(system, bool):
         raise _refuse(path, "system", "must be true or false")
@@ -161,7 +215,7 @@ def load_manifest(app_dir: str | Path) -> Manifest:
     return Manifest(
         restart=dict(restart),
         id=raw["id"],
-        name=raw["name"].strip(),
+        name=app_name,
         version=raw["version"],
         entry=str(entry),
         description=description,

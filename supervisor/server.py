@@ -32,6 +32,7 @@ from aotui.protocol.commands import Command
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import Ack, ErrorReply, Operation, Reply, Request, Signal
+from aotui.protocol.structure import sanitize
 from aotui.supervisor.app_record import AppRecord
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop import Desktop
@@ -94,7 +95,7 @@ class Supervisor:
         context = zmq.asyncio.Context()
         self.control = context.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
-        self.control.setsockopt(zmq.MAXMSGSIZE, 16 << 20)
+        self.control.setsockopt(zmq.MAXMSGSIZE, codec.MAX_FRAME_BYTES)
         self.pub = context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         bound: dict[Path, int] = {}
@@ -157,7 +158,10 @@ class Supervisor:
                 )
             reply: Reply | ErrorReply = Reply(request_id, await method(dict(request.params)))
         except AotuiError as exc:
-            reply = ErrorReply(request_id, exc.code.value, exc.message, exc.data)
+            # The last gate before the agent: a message may quote app text (an operation id, a
+            # ref type), which must not draw lines or structural tags of its own.
+            message = sanitize(exc.message, limit=4000)
+            reply = ErrorReply(request_id, exc.code.value, message, exc.data)
         except Exception as exc:
             log.error("internal error: %s", traceback.format_exc())
             reply = ErrorReply(

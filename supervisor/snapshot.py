@@ -1,23 +1,36 @@
 """Assembling the desktop snapshot (CONTRACT §4) from cached fragments; never re-renders.
 
-The text is built from pieces that are already escaped: fragments were escaped when they arrived
-(:mod:`supervisor.view_tree`), and every name written into a structural tag goes through
-:func:`~supervisor.view_tree.attribute_text`.
+The text is built from pieces that are already safe: fragments were sanitized when they arrived
+(:mod:`supervisor.view_tree`), every other app-originated string (names, descriptions, labels,
+log lines) passes :func:`~protocol.structure.sanitize` here, and every name written into a
+structural tag goes through :func:`~supervisor.view_tree.attribute_text`.
+
+Each app's part is bounded by a :class:`SnapshotBudget` (bytes, views, depth; and the desktop's
+total): what exceeds it is replaced by a visible marker naming the app and what to do, so one app
+can never make the snapshot fail or crowd out the others.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from aotui.protocol.messages import ViewFragment
-from aotui.protocol.structure import escape_structural
+from aotui.protocol.structure import sanitize
 from aotui.supervisor.app_record import AppRecord, AppStatus
 from aotui.supervisor.instructions import SYSTEM_INSTRUCTIONS
 from aotui.supervisor.view_tree import attribute_text
 
-__all__ = ["RefTable", "Snapshot", "build_snapshot", "format_time", "link_label"]
+__all__ = [
+    "RefTable",
+    "Snapshot",
+    "SnapshotBudget",
+    "build_snapshot",
+    "format_time",
+    "link_label",
+    "log_text",
+]
 
 #: (app_id, view_id) → the fragment the agent saw, for resolving refs later.
 RefTable = dict[tuple[str, str], ViewFragment]
@@ -36,9 +49,44 @@ def format_time(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
+@dataclass(frozen=True)
+class SnapshotBudget:
+    """How much of a snapshot one app may take (defaults: ``configs/desktop.toml``)."""
+
+    #: Bytes of one app's views together.
+    app_bytes: int = 256 << 10
+    #: Bytes of one view.
+    view_bytes: int = 64 << 10
+    #: Lines of one app's Application View Tree, and views shown.
+    app_views: int = 64
+    #: Deepest level of an app's view tree that is listed.
+    view_depth: int = 16
+    #: Bytes of the whole snapshot (clients refuse frames over 4 MiB).
+    total_bytes: int = 3 << 20
+
+
+def _brackets(text: str) -> str:
+    return text.replace("[", "\\[").replace("]", "\\]")
+
+
 def link_label(text: str) -> str:
-    """App text made safe as a Markdown link label: no structural tags, no stray brackets."""
-    return escape_structural(text).replace("[", "\\[").replace("]", "\\]")
+    """App text made safe as a Markdown link label: one line, no structural tags or brackets."""
+    return _brackets(sanitize(text, limit=200))
+
+
+def log_text(text: str) -> str:
+    """App text as one log line: no line breaks (an app cannot fake other entries), no links,
+    no structural tags, bounded."""
+    return _no_links(sanitize(text, limit=500))
+
+
+def _no_links(text: str) -> str:
+    # "](" is what makes "[Bank](application:app_0)" a link; "[Errno 13]" stays as it reads.
+    return text.replace("](", "]\\(")
+
+
+def _size(size: int) -> str:
+    return f"{size / 1024:.0f} KB" if size < 1 << 20 else f"{size / (1 << 20):.1f} MB"
 
 
 def _applications(apps: Sequence[AppRecord]) -> str:
@@ -46,57 +94,108 @@ def _applications(apps: Sequence[AppRecord]) -> str:
     for app in apps:
         lines.append(f"- [{link_label(app.name)}](application:{app.app_id})")
         if app.manifest.description:
-            lines.append(f"    - Description: {escape_structural(app.manifest.description)}")
+            description = _no_links(sanitize(app.manifest.description, limit=300))
+            lines.append(f"    - Description: {description}")
         state = app.status.value
         if app.status is AppStatus.FAILED and app.last_exit:
-            state += f" ({app.last_exit}; open it to retry)"
+            state += f" ({log_text(app.last_exit)}; open it to retry)"
         lines.append(f"    - State: {state}")
         if app.manifest.system:
             lines.append("    - System app: cannot be closed")
     return "\n".join(lines)
 
 
-def one_line(text: str, limit: int = 500) -> str:
-    """App text as one log line: no line breaks (an app cannot fake other entries), bounded."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _logs(title: str, entries: Iterable[tuple[float, str]], heading: str) -> list[str]:
     lines = [f"{heading} {title}"]
-    lines.extend(
-        f"- [{format_time(ts)}] {escape_structural(one_line(text))}" for ts, text in entries
-    )
+    lines.extend(f"- [{format_time(ts)}] {log_text(text)}" for ts, text in entries)
     if len(lines) == 1:
         lines.append("- (nothing yet)")
     return lines
 
 
-def _application(app: AppRecord, refs: RefTable) -> str:
+def _over(app: AppRecord, what: str) -> str:
+    """The marker that stands in for what an app may not show."""
+    return (
+        f"[aotui: {what}; it is not shown. {link_label(app.name)} ({app.app_id}) is over its "
+        f"snapshot budget: dismount views you do not need, or close it: "
+        f"close --application {app.app_id}]"
+    )
+
+
+def _application(app: AppRecord, refs: RefTable, budget: SnapshotBudget) -> str:
     parts = [
         f'<application id="{app.app_id}" name="{attribute_text(app.name)}">',
         "<application_info>",
     ]
     parts.extend(_logs("Operation Log", app.op_log, "##"))
     parts.append("## Application View Tree")
-    for node in app.views.nodes():
+    nodes = app.views.nodes(budget.app_views, budget.view_depth)
+    for node in nodes:
         flags = ", mounted" if node.mounted else ""
         if node.mounted and app.views.keys[node.view_id] in app.views.hidden:
             flags += ", hidden"
         indent = "    " * node.depth
         parts.append(f"{indent}- [{link_label(node.label)}](view:{node.view_id}{flags})")
+    unlisted = app.views.count_nodes() - len(nodes)
+    if unlisted > 0:
+        parts.append(
+            "- "
+            + _over(
+                app,
+                f"{unlisted} more views (past {budget.app_views} views or depth "
+                f"{budget.view_depth})",
+            )
+        )
     parts.append("</application_info>")
+    listed = {node.view_id for node in nodes}
+    used = unshown = 0
     for view_id, fragment, markdown in app.views.shown():
-        refs[(app.app_id, view_id)] = fragment
+        if view_id not in listed:
+            unshown += 1  # past the views or depth budget: the marker above names them
+            continue
+        size = app.views.sizes.get(fragment.key, len(markdown))
         parts.append(f'<view id="{view_id}" name="{attribute_text(fragment.name)}">')
-        parts.append(markdown.rstrip("\n"))
+        if size > budget.view_bytes:
+            parts.append(
+                _over(app, f"{view_id} is {_size(size)}, over {_size(budget.view_bytes)} a view")
+            )
+        elif used + size > budget.app_bytes:
+            parts.append(
+                _over(app, f"{view_id} would take the app past {_size(budget.app_bytes)}")
+            )
+        else:
+            refs[(app.app_id, view_id)] = fragment
+            parts.append(markdown.rstrip("\n"))
+            used += size
         parts.append("</view>")
+    if unshown:
+        parts.append(_over(app, f"{unshown} more mounted views, past the views or depth budget"))
     parts.append("</application>")
     return "\n".join(parts)
 
 
-def build_snapshot(apps: Sequence[AppRecord], system_log: Iterable[tuple[float, str]]) -> Snapshot:
-    """The whole desktop: system views, then a block per running, shown app."""
+def _collapsed(app: AppRecord, why: str) -> str:
+    return "\n".join(
+        [
+            f'<application id="{app.app_id}" name="{attribute_text(app.name)}">',
+            _over(app, why),
+            "</application>",
+        ]
+    )
+
+
+def build_snapshot(
+    apps: Sequence[AppRecord],
+    system_log: Iterable[tuple[float, str]],
+    budget: SnapshotBudget | None = None,
+    on_failure: Callable[[AppRecord, Exception], None] | None = None,
+) -> Snapshot:
+    """The whole desktop: system views, then a block per running, shown app.
+
+    An app whose block cannot be built (``on_failure`` hears why) or would take the snapshot past
+    ``budget.total_bytes`` is shown as a marker instead: the snapshot itself always answers.
+    """
+    budget = budget or SnapshotBudget()
     refs: RefTable = {}
     parts = [
         "<desktop>",
@@ -110,8 +209,27 @@ def build_snapshot(apps: Sequence[AppRecord], system_log: Iterable[tuple[float, 
         "\n".join(_logs("System Logs", system_log, "#")),
         "</view>",
     ]
+    used = sum(len(part.encode()) for part in parts)
     for app in apps:
-        if app.status is AppStatus.RUNNING:
-            parts.append(_application(app, refs))
+        if app.status is not AppStatus.RUNNING:
+            continue
+        app_refs: RefTable = {}
+        try:
+            block = _application(app, app_refs, budget)
+        except Exception as exc:  # one app's data must never cost the agent the desktop
+            if on_failure is not None:
+                on_failure(app, exc)
+            block = _collapsed(app, f"its views could not be assembled ({type(exc).__name__})")
+            app_refs = {}
+        size = len(block.encode())
+        if used + size > budget.total_bytes:
+            block = _collapsed(
+                app, f"its block would take the snapshot past {_size(budget.total_bytes)}"
+            )
+            app_refs = {}
+            size = len(block.encode())
+        refs.update(app_refs)
+        used += size
+        parts.append(block)
     parts.append("</desktop>")
     return Snapshot("\n".join(parts) + "\n", refs)

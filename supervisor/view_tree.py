@@ -3,32 +3,51 @@
 Fragments arrive from the worker already rendered; this module never renders. Ids are assigned in
 level order of the view tree as views are discovered and never change while the app lives, so the
 ``(view:@key)`` links of a fragment are resolved to ``(view:view_N)`` once, when it arrives.
-Fragment text is escaped again here because a compromised worker can send anything.
+Fragment text passes :func:`~protocol.structure.sanitize` again here because a compromised worker
+can send anything, and what a worker may keep cached here is bounded (:data:`MAX_FRAGMENTS`,
+:data:`MAX_FRAGMENT_BYTES`, :data:`MAX_VIEW_IDS`): an update past a budget is refused, which kills
+the worker as a protocol violation. Every walk of the tree is iterative: a worker controls its
+shape, and a 1,200-deep chain must not exhaust Python's recursion limit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import deque
 from dataclasses import dataclass
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import FragmentUpdate, ViewFragment
-from aotui.protocol.structure import escape_structural
+from aotui.protocol.structure import sanitize
 
-__all__ = ["TreeNode", "ViewTree", "attribute_text"]
+__all__ = [
+    "MAX_FRAGMENTS",
+    "MAX_FRAGMENT_BYTES",
+    "MAX_VIEW_IDS",
+    "TreeNode",
+    "ViewTree",
+    "attribute_text",
+]
+
+#: Fragments one app incarnation may keep cached in the supervisor…
+MAX_FRAGMENTS = 256
+#: …holding at most this many bytes together (each charged the frame that carried it)…
+MAX_FRAGMENT_BYTES = 16 << 20
+#: …and view ids it may make the supervisor hand out (ids are kept for the app's life).
+MAX_VIEW_IDS = 4096
 
 _LINK = re.compile(r"\(view:@([^)\s]+)\)")
 
 
 def attribute_text(text: str) -> str:
-    """Text safe inside a double-quoted attribute of a structural tag."""
+    """App text safe inside a double-quoted attribute of a structural tag (one line, ≤ 200)."""
     return (
-        text.replace("&", "&amp;")
+        sanitize(text, limit=200)
+        .replace("&", "&amp;")
         .replace('"', "&quot;")
         .replace("<", "&lt;")
         .replace(">", "&gt;")
-        .replace("\n", " ")
     )
 
 
@@ -48,6 +67,8 @@ class ViewTree:
     def __init__(self) -> None:
         self.fragments: dict[str, ViewFragment] = {}
         self.markdown: dict[str, str] = {}
+        #: Bytes charged to each cached fragment (its Markdown, at least its share of the frame).
+        self.sizes: dict[str, int] = {}
         self.ids: dict[str, str] = {}
         self.keys: dict[str, str] = {}
         self.hidden: set[str] = set()
@@ -58,33 +79,68 @@ class ViewTree:
         self.ids = dict(ids)
         self.keys = {view_id: key for key, view_id in ids.items()}
 
-    def apply(self, update: FragmentUpdate) -> None:
-        """Take a worker's update: cache fragments, assign new ids, resolve links."""
+    def apply(self, update: FragmentUpdate, frame_bytes: int = 0) -> None:
+        """Take a worker's update: cache fragments, assign new ids, resolve links.
+
+        ``E_INVALID_CMD`` (a protocol violation) if the update takes the app past a budget.
+        """
         for key in update.removed:
             self.fragments.pop(key, None)
             self.markdown.pop(key, None)
+            self.sizes.pop(key, None)
+        share = frame_bytes // max(len(update.views), 1)
+        arriving: dict[str, tuple[ViewFragment, int]] = {}
         for fragment in update.views:
-            self.fragments[fragment.key] = fragment
+            cleaned = dataclasses.replace(
+                fragment, name=sanitize(fragment.name, limit=200), markdown=""
+            )
+            arriving[fragment.key] = (cleaned, max(share, len(fragment.markdown)))
+        count = len(self.fragments.keys() | arriving.keys())
+        if count > MAX_FRAGMENTS:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"the worker keeps {count} view fragments, over the budget of {MAX_FRAGMENTS}",
+            )
+        total = sum(size for key, size in self.sizes.items() if key not in arriving) + sum(
+            size for _fragment, size in arriving.values()
+        )
+        if total > MAX_FRAGMENT_BYTES:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"the worker keeps {total >> 20} MB of view fragments, over the budget of "
+                f"{MAX_FRAGMENT_BYTES >> 20} MB",
+            )
+        for key, (cleaned, size) in arriving.items():
+            self.fragments[key] = cleaned
+            self.sizes[key] = size
         self._assign_ids()
         for fragment in update.views:
-            self.markdown[fragment.key] = self._resolve(fragment.markdown)
+            markdown = sanitize(self._resolve(fragment.markdown), lines=True, limit=None)
+            self.markdown[fragment.key] = markdown
+            self.sizes[fragment.key] = max(self.sizes[fragment.key], len(markdown.encode()))
         self.revision = max(self.revision, update.revision)
 
     def reset_fragments(self) -> None:
         """Forget fragments (the worker is gone) but keep ids: a restart reuses them."""
         self.fragments.clear()
         self.markdown.clear()
+        self.sizes.clear()
 
     def _resolve(self, markdown: str) -> str:
         def replace(match: re.Match[str]) -> str:
             view_id = self.ids.get(match.group(1))
             return f"(view:{view_id})" if view_id else "(view:unknown)"
 
-        return escape_structural(_LINK.sub(replace, markdown))
+        return _LINK.sub(replace, markdown)
 
     def _assign_ids(self) -> None:
         for node_key, _depth, _label in self._level_order():
             if node_key not in self.ids:
+                if len(self.ids) >= MAX_VIEW_IDS:
+                    raise AotuiError(
+                        ErrorCode.E_INVALID_CMD,
+                        f"the worker named more than {MAX_VIEW_IDS} distinct views",
+                    )
                 view_id = f"view_{len(self.ids)}"
                 self.ids[node_key] = view_id
                 self.keys[view_id] = node_key
@@ -108,34 +164,49 @@ class ViewTree:
                 queue.extend((link.key, depth + 1, link.label) for link in fragment.links)
         return order
 
-    def nodes(self) -> list[TreeNode]:
-        """The tree in display order (depth first), each with its id and mounted flag."""
+    def nodes(self, max_nodes: int | None = None, max_depth: int | None = None) -> list[TreeNode]:
+        """The tree in display order (depth first), each with its id and mounted flag.
+
+        With ``max_nodes``/``max_depth``, stops at that many lines and skips deeper views; see
+        :meth:`count_nodes` for how many there are in all.
+        """
         labels = {key: (depth, label) for key, depth, label in self._level_order()}
         nodes: list[TreeNode] = []
         seen: set[str] = set()
-
-        def visit(key: str, depth: int, label: str) -> None:
+        # An explicit stack, children pushed in reverse so they pop in document order.
+        stack = [(root.key, 0, root.name) for root in reversed(self._roots())]
+        while stack and (max_nodes is None or len(nodes) < max_nodes):
+            key, depth, label = stack.pop()
             if key in seen or key not in self.ids:
-                return
+                continue
             seen.add(key)
             fragment = self.fragments.get(key)
             mounted = fragment is not None and fragment.mounted
             nodes.append(TreeNode(depth, self.ids[key], label, mounted))
-            if fragment is not None and mounted:
-                for link in fragment.links:
-                    if labels.get(link.key, (0, ""))[0] == depth + 1:
-                        visit(link.key, depth + 1, link.label)
-
-        for root in self._roots():
-            visit(root.key, 0, root.name)
+            if fragment is None or not mounted:
+                continue
+            if max_depth is not None and depth + 1 > max_depth:
+                continue
+            stack.extend(
+                (link.key, depth + 1, link.label)
+                for link in reversed(fragment.links)
+                if labels.get(link.key, (0, ""))[0] == depth + 1
+            )
         return nodes
+
+    def count_nodes(self) -> int:
+        """How many lines the whole Application View Tree has."""
+        return sum(1 for key, _depth, _label in self._level_order() if key in self.ids)
 
     def shown(self) -> list[tuple[str, ViewFragment, str]]:
         """(view_id, fragment, markdown) of mounted, not hidden views, in id order."""
         shown = [
             (self.ids[key], fragment, self.markdown[key])
             for key, fragment in self.fragments.items()
-            if fragment.mounted and key not in self.hidden and key in self.ids
+            if fragment.mounted
+            and key not in self.hidden
+            and key in self.ids
+            and key in self.markdown
         ]
         shown.sort(key=lambda item: int(item[0].removeprefix("view_")))
         return shown

@@ -5,13 +5,21 @@ single reply arrives, so a slow or hung app only ever delays the command waiting
 updates and log lines are handed to ``on_message`` in channel order — the worker sends an
 operation's fragments before its ack, so by the time the ack resolves the fragment cache already
 shows the effect (read-your-writes).
+
+The worker is assumed compromised (as a browser treats its renderers): the socket refuses frames
+over :data:`MAX_WORKER_FRAME` before allocating them (``ZMQ_MAXMSGSIZE``; ZeroMQ drops the
+connection, which the monitor reports as a violation), every other protocol violation — a reply of
+the wrong type included — kills only this worker, and every string it sends back is sanitized
+before it can reach the agent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,11 +40,28 @@ from aotui.protocol.messages import (
     Message,
     Pong,
 )
+from aotui.protocol.structure import sanitize
 
 __all__ = ["WorkerHandle", "describe_exit"]
 
-#: Largest frame a worker may send; anything bigger is a protocol violation.
-MAX_WORKER_FRAME = 8 << 20
+#: Largest frame a worker may send (the codec's one frame-size limit); anything bigger is refused
+#: by ZeroMQ before it allocates, and is a protocol violation.
+MAX_WORKER_FRAME = codec.MAX_FRAME_BYTES
+#: Error codes a worker may answer with; any other becomes ``E_APP_ERROR`` (a worker cannot
+#: say the desktop is locked, stale or broken).
+WORKER_ERROR_CODES = frozenset(
+    {
+        ErrorCode.E_INVALID_CMD,
+        ErrorCode.E_NOT_FOUND,
+        ErrorCode.E_PERMISSION,
+        ErrorCode.E_TIMEOUT,
+        ErrorCode.E_APP_ERROR,
+    }
+)
+#: Seconds a worker whose channel dropped has to be reported dead before it counts as a violator.
+DISCONNECT_GRACE_S = 0.5
+#: Longest error message from a worker that reaches the agent.
+MAX_ERROR_TEXT = 1000
 #: More frames than this in one second is a flood (fragment updates are coalesced per loop
 #: turn, so a well-behaved app sends far fewer).
 MAX_FRAMES_PER_S = 5000
@@ -91,10 +116,43 @@ class WorkerHandle:
         self._log_window = 0.0
         self._log_lines = 0
         self._log_dropped = 0
+        #: Size of the frame being dispatched (fragments are charged their frame's bytes).
+        self.last_frame_bytes = 0
+        #: Whether a snapshot already reported that this worker's views could not be shown.
+        self.reported_unshowable = False
+        self._monitor: zmq.asyncio.Socket | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Start reading the channel."""
-        self._reader = asyncio.get_running_loop().create_task(self._read(), name=self.app_id)
+        """Start reading the channel (and watching it for a dropped connection).
+
+        The socket must have ``ZMQ_MAXMSGSIZE`` set before it connected (see ``AppRunner``).
+        """
+        loop = asyncio.get_running_loop()
+        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._watcher = loop.create_task(self._watch(), name=f"{self.app_id}-monitor")
+        self._reader = loop.create_task(self._read(), name=self.app_id)
+
+    async def _watch(self) -> None:
+        """A connection that drops while the worker lives on is a frame ZeroMQ refused."""
+        assert self._monitor is not None
+        while not self.closed:
+            try:
+                await self._monitor.recv_multipart()
+            except (zmq.ZMQError, asyncio.CancelledError):
+                return
+            # A worker that ended drops its end too: its exit is reported (and this handle
+            # closed) well within the grace period, and only a live worker is a violator.
+            await asyncio.sleep(DISCONNECT_GRACE_S)
+            if not self.closed and self.pid is not None and _alive(self.pid):
+                self.on_violation(
+                    self,
+                    AotuiError(
+                        ErrorCode.E_INVALID_CMD,
+                        f"a frame ZeroMQ refused (over {MAX_WORKER_FRAME} bytes, or malformed)",
+                    ),
+                )
+                return
 
     def admit_log(self) -> tuple[bool, int]:
         """Whether a log line may go to System Logs now (at most ``LOG_LINES_PER_S`` a second),
@@ -123,9 +181,15 @@ class WorkerHandle:
         await self.sock.send(codec.encode(message), copy=False)
 
     async def request(
-        self, build: Callable[[int], Message], timeout_s: float, what: str
+        self,
+        build: Callable[[int], Message],
+        timeout_s: float,
+        what: str,
+        expect: type[Message] = Ack,
     ) -> Message:
-        """Send ``build(request_id)`` and wait for its reply; ``E_TIMEOUT`` past the deadline."""
+        """Send ``build(request_id)`` and wait for its reply (an ``expect`` or an error reply);
+        ``E_TIMEOUT`` past the deadline. A reply of another type is a protocol violation: the
+        worker is killed (``on_violation``) and the caller gets ``E_APP_ERROR`` saying so."""
         if self.closed:
             raise AotuiError(ErrorCode.E_APP_ERROR, f"{self.app_id} is not running")
         request_id = self.next_id()
@@ -144,8 +208,22 @@ class WorkerHandle:
         finally:
             self.pending.pop(request_id, None)
         if isinstance(reply, ErrorReply):
-            code = ErrorCode.parse(reply.code) or ErrorCode.E_APP_ERROR
-            raise AotuiError(code, reply.message, reply.data)
+            code = ErrorCode.parse(reply.code)
+            if code not in WORKER_ERROR_CODES:
+                code = ErrorCode.E_APP_ERROR  # a worker cannot speak for the desktop
+            message = sanitize(reply.message, limit=MAX_ERROR_TEXT)
+            raise AotuiError(code, message or f"{self.app_id} refused {what}", _app_data(reply))
+        if not isinstance(reply, expect):
+            wrong = f"a {reply.KIND!r} message answering {what}, which expects {expect.KIND!r}"
+            self.on_violation(self, _violation(wrong))
+            raise AotuiError(
+                ErrorCode.E_APP_ERROR,
+                f"{self.app_id} broke the channel protocol (it sent {wrong}); it was killed "
+                f"(protocol violation) and its restart policy applies",
+                {"app": self.app_id, "last_exit": "protocol violation"},
+            )
+        if isinstance(reply, Ack) and reply.result is not None:
+            reply = dataclasses.replace(reply, result=_clean(reply.result))
         return reply
 
     def fail_pending(self, error: AotuiError) -> None:
@@ -165,9 +243,10 @@ class WorkerHandle:
                 frame = await self.sock.recv(copy=True)
             except (zmq.ZMQError, asyncio.CancelledError):
                 return
-            if len(frame) > MAX_WORKER_FRAME:
+            if len(frame) > MAX_WORKER_FRAME:  # ZMQ_MAXMSGSIZE refuses these; kept as a backstop
                 self.on_violation(self, AotuiError(ErrorCode.E_INVALID_CMD, "oversized frame"))
                 return
+            self.last_frame_bytes = len(frame)
             now = time.monotonic()
             if now - self._window_start >= 1.0:
                 self._window_start, self._window_frames = now, 0
@@ -221,11 +300,84 @@ class WorkerHandle:
             return
         self.closed = True
         self.fail_pending(AotuiError(ErrorCode.E_APP_ERROR, f"{self.app_id} stopped"))
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
+        for task in (self._reader, self._watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._monitor is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self.sock.disable_monitor()
+            self._monitor.close(linger=0)
         self.sock.close(linger=0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean(result: Any) -> Any:
+    """An operation's result with every string sanitized (it is shown to the agent as is).
+
+    Walked with an explicit stack: the worker chose the nesting (the codec bounds it anyway).
+    """
+    if isinstance(result, str):
+        return sanitize(result, lines=True, limit=None)
+    if not isinstance(result, dict | list):
+        return result
+    root: list[Any] = [result]
+    stack: list[tuple[Any, list[Any] | dict[Any, Any]]] = [(result, root)]
+    copies: dict[int, Any] = {}
+    while stack:
+        source, _parent = stack.pop()
+        copy: Any = [] if isinstance(source, list) else {}
+        copies[id(source)] = copy
+        items = enumerate(source) if isinstance(source, list) else source.items()
+        for key, value in items:
+            if isinstance(key, str):
+                key = sanitize(key, limit=200)
+            if isinstance(value, str):
+                value = sanitize(value, lines=True, limit=None)
+            elif isinstance(value, dict | list):
+                stack.append((value, copy))
+                value = _Pending(id(value))
+            if isinstance(copy, list):
+                copy.append(value)
+            else:
+                copy[key] = value
+    for copy in copies.values():
+        items = enumerate(copy) if isinstance(copy, list) else copy.items()
+        for key, value in list(items):
+            if isinstance(value, _Pending):
+                copy[key] = copies[value.ident]
+    return copies[id(result)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """A place in a copied container still waiting for its copied child."""
+
+    ident: int
+
+
+def _app_data(reply: ErrorReply) -> dict[str, Any]:
+    """The data of a worker's error reply that may reach the agent: short plain strings and
+    numbers under plain keys, sanitized; the rest is the worker's own business."""
+    data: dict[str, Any] = {}
+    for key, value in list(reply.data.items())[:16]:
+        if not isinstance(key, str) or not key.isidentifier() or len(key) > 40:
+            continue
+        if isinstance(value, bool | int | float) or value is None:
+            data[key] = value
+        elif isinstance(value, str):
+            data[key] = sanitize(value, limit=200)
+    return data
 
 
 def describe_exit(exit_code: int | None, signal: int | None) -> str:

@@ -5,13 +5,19 @@ from __future__ import annotations
 import html
 import json
 import re
+import unicodedata
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.protocol.structure import STRUCTURAL_TAGS, contains_structural, escape_structural
+from aotui.protocol.structure import (
+    STRUCTURAL_TAGS,
+    contains_structural,
+    escape_structural,
+    sanitize,
+)
 from aotui.sandbox.render import RenderedView, render_view
 
 # Written independently of the implementation: what a reader could take for a structural tag.
@@ -175,3 +181,74 @@ def test_escape_structural_leaves_nothing_forged(text: str) -> None:
         escaped = escape_structural(candidate)
         assert not FORGED.search(escaped)
         assert escaped.replace("&lt;", "<") == candidate.replace("&lt;", "<")
+
+
+# --- hidden characters between "<" and the name (issue: bidi, tags, fillers, controls) ----------
+
+HIDDEN = [
+    *(chr(code) for code in range(0x202A, 0x202F)),  # bidi embeddings and overrides
+    *(chr(code) for code in range(0x2066, 0x206A)),  # bidi isolates
+    "\U000e0001", "\U000e0041", "\U000e007f",  # tag characters
+    "\ufe00", "\ufe0f", "\U000e0100",  # variation selectors
+    "\u034f", "\u115f", "\u1160", "\u3164", "\uffa0",  # grapheme joiner, Hangul fillers
+    "\x00", "\x1b", "\x7f", "\x85", "\x9b",  # C0 and C1 controls
+    "\u00ad", "\u061c", "\u180e", "\u200b", "\u2060", "\ufeff", "\u0301",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("hidden", "shape"),
+    [
+        pytest.param(hidden, shape, id=f"U+{ord(hidden):04X}-{shape}")
+        for hidden in HIDDEN
+        for shape in ["<{h}view>", "</{h}view>", "<{h}/{h}context>", "<v{h}iew>"]
+        # Inside the name only what is invisible joins it: "v iew" (a space) is not "view".
+        if not (hidden.isspace() and shape == "<v{h}iew>")
+    ],
+)
+def test_hidden_characters_do_not_hide_a_tag(hidden: str, shape: str) -> None:
+    text = shape.format(h=hidden * 2)
+    assert contains_structural(text)
+    escaped = escape_structural(text)
+    assert escaped.startswith("&lt;")
+    assert not contains_structural(escaped)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\uff1cview>",  # fullwidth less-than
+        "\ufe64/application>",  # small less-than
+        "<\uff0fview>",  # fullwidth solidus
+        "<\uff56\uff49\uff45\uff57>",  # fullwidth letters
+        "<\U0001d42f\U0001d422\U0001d41e\U0001d430>",  # mathematical bold letters
+        "<\u24e5\u24d8\u24d4\u24e6>",  # circled letters
+        "<APPLICATION\uff3fINFO>",  # fullwidth low line
+        "<view\u200bview>",
+    ],
+)
+def test_compatibility_forms_are_escaped(text: str) -> None:
+    assert contains_structural(text)
+    assert not contains_structural(escape_structural(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from([*HIDDEN, *FRAGMENTS, "\u2028"]), max_size=30).map("".join))
+def test_sanitized_text_is_one_clean_line(text: str) -> None:
+    for candidate in (text, "".join(HIDDEN) + text):
+        clean = sanitize(candidate, limit=40)
+        assert len(clean) <= 40 + 3 * clean.count("&lt;")
+        assert clean == " ".join(clean.split())  # one line, no runs of whitespace
+        assert not FORGED.search(clean)
+        assert not contains_structural(clean)
+        assert not any(unicodedata.category(char) in ("Cc", "Cf") for char in clean)
+        assert sanitize(clean, limit=40) == clean or clean.endswith("…")
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(st.sampled_from(HIDDEN + FRAGMENTS), max_size=40).map("".join))
+def test_sanitized_blocks_keep_lines_but_no_tags(text: str) -> None:
+    clean = sanitize(text, lines=True, limit=None)
+    assert not contains_structural(clean)
+    assert not FORGED.search(clean)
+    assert clean.count("\n") == text.count("\n") + text.count("\x85")

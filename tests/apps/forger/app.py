@@ -21,12 +21,14 @@ import zmq
 from aotui.protocol import codec
 from aotui.protocol.messages import (
     Ack,
+    AppState,
     ChildLink,
     Exited,
     FragmentUpdate,
     Hello,
     HttpCall,
     LogRecord,
+    Operation,
     OperationSpec,
     Request,
     ViewFragment,
@@ -99,6 +101,14 @@ def _fragment(markdown: str) -> ViewFragment:
     )
 
 
+def _pending_operation() -> int:
+    """The request id of the operation this worker is answering (found as any code could)."""
+    ids = [obj.request_id for obj in gc.get_objects() if isinstance(obj, Operation)]
+    if not ids:
+        raise RuntimeError("no operation in flight")
+    return max(ids)
+
+
 #: Attempt → the frames it sends (given ``--arg``).
 FRAMES: dict[str, Callable[[str], list[bytes]]] = {
     "garbage": lambda _arg: [b"\xc1" + os.urandom(255)],
@@ -115,6 +125,10 @@ FRAMES: dict[str, Callable[[str], list[bytes]]] = {
         codec.encode(Exited(pid=int(pid), exit_code=None, signal=9, reason="memory limit"))
     ],
     "forged-request": lambda _arg: [codec.encode(Request(1, "shutdown", {}))],
+    # The pending operation answered with the wrong message type (a state instead of an ack).
+    "wrong-reply": lambda _arg: [
+        codec.encode(AppState(request_id=_pending_operation(), data={"forged": True}))
+    ],
     "log-flood": lambda _arg: [
         codec.encode(LogRecord("info", f"flood {i}")) for i in range(20_000)
     ],
