@@ -237,7 +237,13 @@ class Client:
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
-        sock.connect(self.paths.signals)
+        try:
+            sock.connect(self.paths.signals)
+        except (OSError, zmq.ZMQError) as exc:
+            sock.close(linger=0)
+            raise DesktopUnavailable(
+                f"cannot reach the desktop at {self.paths.root}: {exc}"
+            ) from None
         try:
             while True:
                 if not sock.poll(None if timeout_s is None else int(timeout_s * 1000)):

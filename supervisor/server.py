@@ -92,6 +92,9 @@ class Supervisor:
                 )
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)  # left by a desktop that was killed
+        for stale in self.paths.workers.glob("*.sock"):  # channels of a killed desktop's workers
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
         context = zmq.asyncio.Context()
         self.control = context.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)

@@ -206,6 +206,10 @@ def test_up_after_a_killed_supervisor_replaces_its_stale_sockets(
     first = detached.up("--config", config, *where)
     assert first.returncode == 0, first.stderr
     pid = json.loads(first.stdout)["pid"]
+    assert aotui("exec", *where, "<context>open --application app_0</context>").returncode == 0
+    workers = tmp_path / "run" / "killed" / "workers"
+    channels = set(workers.iterdir())
+    assert channels
     family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     os.kill(pid, signal.SIGKILL)
     psutil.wait_procs(family, timeout=10)
@@ -213,6 +217,7 @@ def test_up_after_a_killed_supervisor_replaces_its_stale_sockets(
     assert aotui("status", *where, timeout=20).returncode == 69
     again = detached.up("--config", config, *where)
     assert again.returncode == 0, again.stderr
+    assert not channels & set(workers.iterdir())  # the dead workers' channels are gone too
     assert aotui("status", *where).returncode == 0
     assert aotui("down", *where).returncode == 0
 
