@@ -7,9 +7,11 @@ what each one takes away from the next:
 1. **minimal environment**, working directory the app's, no bytecode writes, no core dumps;
 2. **cgroup** (root): needs root and ``/sys/fs/cgroup``, so before the uid drop and Landlock;
 3. **namespaces and identity**: root unshares an empty network and an IPC namespace (needs
-   ``CAP_SYS_ADMIN``) and only then drops to the per-app uid; an unprivileged user enters a user
-   namespace owning new network and IPC namespaces and writes its id maps (``/proc/self``, before
-   Landlock hides it). A credential change clears ``PR_SET_PDEATHSIG``, so it is re-armed;
+   ``CAP_SYS_ADMIN``), opens a descriptor of each granted tree (:mod:`sandbox.handles`) and only
+   then drops to the per-app uid, rerouting imports to trees it can reach only through them; an
+   unprivileged user enters a user namespace owning new network and IPC namespaces and writes its
+   id maps (``/proc/self``, before Landlock hides it). A credential change clears
+   ``PR_SET_PDEATHSIG``, so it is re-armed; ``TMPDIR`` names the app's private temp directory;
 4. **rlimits** after the identity change: ``RLIMIT_NPROC`` then counts only this worker's tasks
    (its own uid, or its own user namespace, whose counts are separate since Linux 5.14);
 5. **no_new_privs**, which Landlock and seccomp require when unprivileged;
@@ -29,12 +31,13 @@ import fcntl
 import os
 import resource
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aotui.sandbox import cgroups, landlock, namespaces, rlimits, seccomp
+from aotui.sandbox import cgroups, handles, landlock, namespaces, rlimits, seccomp
 from aotui.sandbox.linux import set_no_new_privs
 from aotui.sandbox.policy import Policy, default_runtime_read
 
@@ -157,11 +160,34 @@ def _identity(policy: Policy, report: LayerReport) -> None:
     report.step("uid-drop", ("uid-drop",), drop)
 
 
+def _carry_handles(policy: Policy, report: LayerReport) -> None:
+    """Root: keep the granted trees reachable by the per-app uid (see :mod:`sandbox.handles`)."""
+    held = [handles.Handles({}, {})]
+    if os.geteuid() == 0 and policy.uid is not None:
+
+        def carry() -> None:
+            held[0] = handles.open_handles(policy.handled_dirs())
+
+        report.step("handles", (), carry)
+    _identity(policy, report)
+    # Still root when the drop failed: every name is reachable then and every handle closes.
+    routes = handles.settle(held[0])
+    report.step("reroute", (), lambda: handles.reroute_imports(routes))
+    if policy.tmp_dir:
+        os.environ["TMPDIR"] = handles.reachable(policy.tmp_dir)
+        tempfile.tempdir = None  # in case the zygote's imports already asked for one
+
+
 def _landlock(policy: Policy, report: LayerReport) -> None:
     result: list[landlock.Confinement] = []
+    grants: dict[str, int] = {}
+    for path, rights in policy.grants().items():
+        # The uid may reach a granted tree only through its handle: so must the rule.
+        name = handles.reachable(path)
+        grants[name] = grants.get(name, 0) | rights
 
     def restrict() -> None:
-        result.append(landlock.restrict(policy.grants()))
+        result.append(landlock.restrict(grants))
 
     if report.step("landlock", ("landlock",), restrict):
         abi = result[0].abi
@@ -192,7 +218,7 @@ def apply_layers(policy: Policy, timings: dict[str, float] | None = None) -> Lay
         report.step("cgroup", ("cgroup",), lambda: cgroups.join_cgroups(policy.app, policy.limits))
     else:
         report.failed["cgroup"] = "cgroup v1 directories are writable by root only"
-    _identity(policy, report)
+    _carry_handles(policy, report)
     nproc = "uid-drop" in report.active or "userns" in report.active
     limits = policy.limits
     report.step("rlimits", ("rlimits",), lambda: rlimits.apply_limits(limits, nproc=nproc))

@@ -11,6 +11,8 @@ Keys (all optional; a missing limit takes :data:`DEFAULT_LIMITS`):
 ``limits``        ``memory_mb``, ``cpu_percent``, ``pids``, ``open_files``, ``file_size_mb``
 ``uid``/``gid``   the per-app ids a root worker drops to (``gid`` defaults to ``uid``)
 ``strict``        refuse to run when a required layer is missing
+``tmp_dir``       the app's private temporary directory: granted read-write, ``TMPDIR`` in the
+                  worker (the supervisor creates it, owned by the per-app uid, and removes it)
 ``env``           variables added to the minimal environment
 """
 
@@ -39,7 +41,7 @@ DEFAULT_LIMITS: Mapping[str, int] = {
 
 _KEYS = {
     "app", "app_dir", "fs_read", "fs_write", "runtime_read", "limits", "uid", "gid", "strict",
-    "env",
+    "env", "tmp_dir",
 }  # fmt: skip
 
 #: What a worker may read besides the interpreter's trees: shared libraries, the loader cache,
@@ -103,6 +105,7 @@ class Policy:
     gid: int | None = None
     strict: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    tmp_dir: str | None = None
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Policy:
@@ -119,6 +122,9 @@ class Policy:
         if app_dir is not None:
             (app_dir,) = _paths([app_dir], "app_dir")
         runtime = raw.get("runtime_read")
+        tmp_dir = raw.get("tmp_dir")
+        if tmp_dir is not None:
+            (tmp_dir,) = _paths([tmp_dir], "tmp_dir")
         uid, gid = _id(raw, "uid"), _id(raw, "gid")
         return cls(
             app_dir=app_dir,
@@ -131,7 +137,14 @@ class Policy:
             gid=uid if gid is None else gid,
             strict=bool(raw.get("strict", False)),
             env={str(k): str(v) for k, v in dict(raw.get("env") or {}).items()},
+            tmp_dir=tmp_dir,
         )
+
+    def handled_dirs(self) -> list[str]:
+        """The granted trees a root worker keeps descriptors of across its uid drop."""
+        # Not fs_read/fs_write: the app names those itself, by their real paths.
+        extra = [path for path in (self.app_dir, self.tmp_dir) if path]
+        return [path for path in [*self.runtime_read, *extra] if os.path.isdir(path)]
 
     def grants(self) -> dict[str, int]:
         """Landlock grants, path → rights; a tree granted twice gets the union."""
@@ -139,7 +152,7 @@ class Policy:
         reads = [*self.runtime_read, *self.fs_read, *([self.app_dir] if self.app_dir else [])]
         for path in reads:
             grants[path] = grants.get(path, 0) | landlock.READ
-        for path in self.fs_write:
+        for path in [*self.fs_write, *([self.tmp_dir] if self.tmp_dir else [])]:
             grants[path] = grants.get(path, 0) | landlock.READ_WRITE
         grants["/dev/null"] = grants.get("/dev/null", 0) | landlock.READ | landlock.WRITE_FILE
         return grants

@@ -2,15 +2,17 @@
 
 :func:`probe` forks a child that confines itself exactly as a worker would (with a throwaway
 policy) and reports each layer as available or not, with the kernel's reason. As root it also
-forks one that first drops to ``nobody``, to show what an unprivileged user of this machine gets,
-and checks that a per-app uid can read the interpreter's trees (a Python installed under a 0700
-home directory cannot be read once a worker has dropped its uid). ``python -m aotui.sandbox.probe``
-prints the result as JSON.
+forks one that first drops to ``nobody``, to show what an unprivileged user of this machine gets.
+The root child, once it runs as the stand-in per-app uid, checks what would still stop apps: a
+granted tree it cannot list even through its handle (``sandbox/handles.py`` gets around 0700
+parents, not a tree's own mode) and standard-library modules it cannot import.
+``python -m aotui.sandbox.probe`` prints the result as JSON.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import platform
@@ -20,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from aotui.sandbox import cgroups, landlock
+from aotui.sandbox import cgroups, handles, landlock
 from aotui.sandbox.confine import apply_layers, required_layers
 from aotui.sandbox.linux import prctl
 from aotui.sandbox.policy import Policy
@@ -36,6 +38,8 @@ LAYERS = (
 #: The uid a root probe drops to, standing in for a per-app uid.
 PROBE_UID = 65534
 _TIMEOUT_S = 5.0
+#: Modules an app may import that nothing imports before: with C extensions, data files, packages.
+SAMPLE_IMPORTS = ("zoneinfo", "sqlite3", "email.mime.text", "xml.etree.ElementTree", "unittest")
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
@@ -55,7 +59,7 @@ def _in_child(drop_to: int | None) -> dict[str, Any]:
     report = apply_layers(policy)
     unreadable = []
     if root and "uid-drop" in report.active:  # now as the stand-in per-app uid
-        unreadable = [path for path in trees if not os.access(path, os.R_OK | os.X_OK)]
+        unreadable = _what_stops_apps(trees)
     return {
         "root": root,
         "active": report.active,
@@ -63,6 +67,22 @@ def _in_child(drop_to: int | None) -> dict[str, Any]:
         "timings_ms": {name: round(s * 1000, 3) for name, s in report.timings.items()},
         "unreadable_runtime": unreadable,
     }
+
+
+def _what_stops_apps(trees: list[str]) -> list[str]:
+    """Granted trees the confined uid cannot list, and sample modules it cannot import."""
+    found = []
+    for path in trees:
+        try:
+            os.listdir(handles.reachable(path))
+        except OSError as exc:
+            found.append(f"{path} ({exc.strerror})")
+    for name in SAMPLE_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            found.append(f"module {name} ({type(exc).__name__}: {exc})")
+    return found
 
 
 def _child_main(drop_to: int | None, write_end: int) -> None:
@@ -126,9 +146,10 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
     }
     if result["unreadable_runtime"]:
         summary["warning"] = (
-            "the worker's uid cannot read "
+            "a per-app uid cannot read "
             + ", ".join(result["unreadable_runtime"])
-            + ": apps importing a module the zygote did not load will fail"
+            + ": apps importing from there will fail; make those trees readable by other users"
+            " (chmod -R o+rX; their parent directories need nothing)"
         )
     return summary
 

@@ -52,6 +52,7 @@ from aotui.protocol.messages import (
     ViewFragment,
 )
 from aotui.sandbox.confine import confine
+from aotui.sandbox.handles import reachable
 from aotui.sandbox.render import render_view
 from aotui.sandbox.sdk import App, OperationCall, View
 
@@ -389,7 +390,8 @@ def run_worker(
             )
             return 1
         try:
-            app = load_app(app_dir, entry, app_id)
+            # As root the per-app uid may reach the app's directory only through a handle.
+            app = load_app(reachable(app_dir), entry, app_id)
             loop = WorkerLoop(app, sock, wake_r)
             app.log = loop.log
             app.broker = loop.broker_call

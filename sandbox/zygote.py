@@ -36,8 +36,8 @@ from aotui.protocol.stream import FrameReader, write_frame
 from aotui.sandbox import cgroups, render, sdk, worker  # noqa: F401
 
 #: Standard-library modules apps commonly use, imported once here and shared copy-on-write by every
-#: worker. Beyond speed, this matters when Python lives under a directory a per-app uid cannot
-#: read (``aotui doctor`` warns about it): a worker can still use what the zygote loaded.
+#: worker, for speed only: a worker imports any other module itself, even as a per-app uid that
+#: cannot search the directories above the interpreter (see ``sandbox/handles.py``).
 PRELOAD = [
     "base64",
     "bisect",

@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import stat
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.http_broker import HttpRequest, fetch, policy_from_permissions
 from aotui.supervisor.launcher import ZygoteLauncher
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
+from aotui.supervisor.uids import UidAllocator
 from aotui.supervisor.view_tree import ViewTree
 from aotui.supervisor.watchdog import Watchdog
 from aotui.supervisor.worker_handle import (
@@ -54,8 +55,8 @@ from aotui.supervisor.worker_handle import (
 
 __all__ = ["AppRunner"]
 
-#: First per-app uid when the supervisor runs as root (one uid per desktop and app).
-_UID_BASE = 200_000
+#: Entries of an app directory :func:`_unreadable_inside` looks at before trusting the rest.
+_READABLE_CHECK_LIMIT = 2000
 #: Brokered HTTP requests one worker may have in flight; more is a flood.
 _MAX_HTTP_IN_FLIGHT = 8
 
@@ -83,6 +84,11 @@ class AppRunner:
             config.watchdog_interval_s, config.cpu_window_s, config.cpu_strikes
         )
         self.closing = False
+        # As root each worker leases a uid of its own on this machine (see supervisor/uids.py).
+        self.uids = UidAllocator() if os.geteuid() == 0 else None
+        #: Per running app: its leased uid (root) and its private temporary directory.
+        self._leased: dict[str, int] = {}
+        self._tmp_dirs: dict[str, Path] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._http_tasks: set[asyncio.Task[None]] = set()
 
@@ -92,8 +98,16 @@ class AppRunner:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
+    @property
+    def tmp_root(self) -> Path:
+        """Where the apps' private temporary directories live: ``<runtime>/tmp/``."""
+        return self.paths.root / "tmp"
+
     def start(self) -> None:
         """Start the zygote and the background loops."""
+        # What a desktop killed before it could clean up left behind.
+        _remove_tree(self.tmp_root)
+        self.tmp_root.mkdir(mode=0o700)
         self.launcher.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -118,28 +132,41 @@ class AppRunner:
         for app in live:
             await self._discard(app)
         self.launcher.stop()
+        _remove_tree(self.tmp_root)
 
     def check_readable(self, app: AppRecord, uid: int) -> None:
-        """As root, refuse clearly an app whose files the per-app ``uid`` could not read."""
-        entry = app.manifest.app_dir / app.manifest.entry
-        blocked = _unreadable_part(entry, uid)
+        """As root, refuse clearly an app whose own files the per-app ``uid`` could not read.
+
+        The directories above the app do not matter: the worker reaches the app's directory
+        through a descriptor opened before its uid drop (``sandbox/handles.py``).
+        """
+        blocked = _unreadable_inside(app.manifest.app_dir, uid)
         if blocked is not None:
             raise AotuiError(
                 ErrorCode.E_PERMISSION,
-                f"{app.app_id} ({app.name}) runs as uid {uid}, which cannot read {blocked}; make "
-                f"the app readable to other users (chmod o+rX on the directories down to "
-                f"{app.manifest.app_dir} and o+r on its files)",
+                f"{app.app_id} ({app.name}) runs as uid {uid}, which cannot read {blocked} (mode "
+                f"{_mode(blocked)}); the app's own files must be readable by other users: "
+                f"chmod -R o+rX {app.manifest.app_dir}",
                 {"path": str(blocked)},
             )
 
     def policy(self, app: AppRecord) -> dict[str, Any]:
-        """The confinement policy of ``app``'s worker, from its manifest and the config."""
+        """The confinement policy of ``app``'s worker; leases its uid and temp dir when new."""
         grants = app.manifest.permissions
-        uid = None
-        if os.geteuid() == 0:
-            desktop = zlib.crc32(self.config.desktop.encode()) % 1000
-            uid = _UID_BASE + desktop * 1000 + int(app.app_id.removeprefix("app_"))
+        uid = self._leased.get(app.app_id)
+        if self.uids is not None and uid is None:
+            # Keyed by the runtime directory: two live desktops never share one.
+            uid = self.uids.allocate(f"{self.paths.root} {app.app_id}")
+            self._leased[app.app_id] = uid
+        if uid is not None:
             self.check_readable(app, uid)
+        tmp_dir = self._tmp_dirs.get(app.app_id)
+        if tmp_dir is None:
+            tmp_dir = self.tmp_root / f"{app.app_id}-{secrets.token_hex(4)}"
+            tmp_dir.mkdir(mode=0o700)
+            self._tmp_dirs[app.app_id] = tmp_dir
+            if uid is not None:
+                os.chown(tmp_dir, uid, uid)
         return {
             "app": app.app_id,
             "app_dir": str(app.manifest.app_dir),
@@ -148,7 +175,17 @@ class AppRunner:
             "limits": {**vars(self.config.limits), **app.manifest.limits},
             "uid": uid,
             "strict": self.config.strict_sandbox,
+            "tmp_dir": str(tmp_dir),
         }
+
+    def _release(self, app: AppRecord) -> None:
+        """Give back what the app's last worker leased: its temp dir and its uid."""
+        tmp_dir = self._tmp_dirs.pop(app.app_id, None)
+        if tmp_dir is not None:
+            _remove_tree(tmp_dir)
+        uid = self._leased.pop(app.app_id, None)
+        if uid is not None and self.uids is not None:
+            self.uids.release(uid)
 
     async def open(self, app: AppRecord) -> None:
         """Start a worker for ``app`` and wait for its first views."""
@@ -218,7 +255,8 @@ class AppRunner:
                 app.transition(AppStatus.NOT_RUNNING)
             if isinstance(exc, AotuiError):
                 raise
-            if isinstance(exc, OSError):
+            # TimeoutError is an OSError too: it must not read as "cannot start X: ".
+            if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
                 raise AotuiError(ErrorCode.E_INTERNAL, f"cannot start {app.app_id}: {exc}") from exc
             raise AotuiError(
                 ErrorCode.E_TIMEOUT,
@@ -265,11 +303,13 @@ class AppRunner:
     async def _discard(self, app: AppRecord) -> None:
         worker, app.worker = app.worker, None
         if worker is None:
+            self._release(app)
             return
         if worker.pid is not None:
             self.watchdog.forget(worker.pid)
             if worker.pid in self.launcher.pids:
                 _kill_group(worker.pid)
+        self._release(app)
         await worker.close()
         if worker.output is not None:
             worker.output.close()
@@ -414,22 +454,50 @@ class AppRunner:
                     await worker.send(Ping(seq))
 
 
-def _unreadable_part(path: Path, uid: int) -> Path | None:
-    """The first part of ``path`` that ``uid`` (no groups) cannot traverse or read, or ``None``."""
-    parts = [*reversed(path.parents), path]
-    for index, part in enumerate(parts):
-        try:
-            info = part.stat()
-        except OSError:
-            return part
-        last = index == len(parts) - 1
-        if info.st_uid == uid:
-            needed = stat.S_IRUSR if last else stat.S_IXUSR
-        else:
-            needed = stat.S_IROTH if last else stat.S_IXOTH
-        if not info.st_mode & needed:
-            return part
+def _unreadable_inside(app_dir: Path, uid: int) -> Path | None:
+    """The first file or directory of ``app_dir`` that ``uid`` (its own gid, no groups) cannot
+    read or search, or ``None``; looks at :data:`_READABLE_CHECK_LIMIT` entries at most."""
+    seen = 0
+    for directory, dirs, files in os.walk(app_dir):
+        entries = [(directory, True)] + [(os.path.join(directory, f), False) for f in files]
+        for name, is_dir in entries:
+            seen += 1
+            if seen > _READABLE_CHECK_LIMIT:
+                return None
+            try:
+                info = os.stat(name)
+            except OSError:
+                return Path(name)
+            if info.st_uid == uid:
+                needed = stat.S_IRUSR | (stat.S_IXUSR if is_dir else 0)
+            elif info.st_gid == uid:
+                needed = stat.S_IRGRP | (stat.S_IXGRP if is_dir else 0)
+            else:
+                needed = stat.S_IROTH | (stat.S_IXOTH if is_dir else 0)
+            if info.st_mode & needed != needed:
+                return Path(name)
+        dirs.sort()
     return None
+
+
+def _mode(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return stat.filemode(path.stat().st_mode)
+    return "unknown"
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything in it, even directories the app made unwritable."""
+
+    def retry(function: Any, name: str, error: Any) -> None:
+        # An unprivileged supervisor shares the app's uid: mkdir(mode=0o500) inside its temp
+        # dir would otherwise keep the tree; root removes anything anyway.
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(name), 0o700)
+            function(name)
+
+    if path.exists():
+        shutil.rmtree(path, onerror=retry)
 
 
 def _kill_group(pid: int) -> None:

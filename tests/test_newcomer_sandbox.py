@@ -1,0 +1,320 @@
+"""End to end: apps run from private directories, import everything, and get a private temp dir.
+
+As root a worker drops to a per-app uid; these tests put the Python installation, the checkout
+or the app where that uid cannot search (a 0700 directory) and check the app still starts,
+imports the standard library (C extensions too) and installed packages, reads its own files, and
+that each app has a temporary directory of its own that is gone once the app closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.sandbox import handles
+from aotui.sandbox import probe as probe_module
+from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.uids import UID_BASE, UidAllocator
+from tests.confined import APP, APP_UID, run_confined
+from tests.conftest import BUNDLED_APPS, TEST_APPS, RunningDesktop, wait_for, write_config
+
+Start = Callable[..., RunningDesktop]
+ROOT = os.geteuid() == 0
+
+
+def run(desktop: RunningDesktop, app_id: str, command: str) -> object:
+    """Execute one operation on ``app_id``'s root view and return its result."""
+    context = f'<context app_id="{app_id}" view_id="view_0">{command}</context>'
+    result = desktop.client.execute(context)
+    return result["results"][0]  # type: ignore[index]
+
+
+def private_copy(tmp_path: Path, app: str) -> Path:
+    """``app`` copied into a fresh 0700 directory only its owner can search."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    target = shutil.copytree(TEST_APPS / app, private / "nested" / app)
+    return Path(target)
+
+
+def test_the_app_imports_the_standard_library_and_installed_packages(start_desktop: Start) -> None:
+    desktop = start_desktop(["importer"])
+    desktop.client.execute("<context>open --application app_0</context>")
+    result = run(desktop, "app_0", "execute imports")
+    assert result == {
+        "failed": {},
+        "sqlite": 42,
+        "paris": "1:00:00",
+        "relative": "data next to the app",
+    }
+    assert "Imports: ok" in desktop.client.snapshot()
+    assert "hello from helper; data next to the app" in desktop.client.snapshot()
+
+
+def test_an_app_in_a_private_directory_opens(start_desktop: Start, tmp_path: Path) -> None:
+    app_dir = private_copy(tmp_path, "importer")
+    assert not stat.S_IMODE((tmp_path / "private").stat().st_mode) & 0o077
+    desktop = start_desktop([str(app_dir)])
+    desktop.client.execute("<context>open --application app_0</context>")
+    result = run(desktop, "app_0", "execute imports")
+    assert result["failed"] == {}  # type: ignore[index]
+    assert "hello from helper; data next to the app" in desktop.client.snapshot()
+
+
+def test_an_app_whose_own_files_are_unreadable_is_refused_with_the_cause(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    if not ROOT:
+        pytest.skip("unprivileged, a worker keeps the user's uid, which reads the user's files")
+    app_dir = private_copy(tmp_path, "importer")
+    (app_dir / "helper.py").chmod(0o600)
+    desktop = start_desktop([str(app_dir)])
+    with pytest.raises(AotuiError) as refused:
+        desktop.client.execute("<context>open --application app_0</context>")
+    assert refused.value.code is ErrorCode.E_PERMISSION
+    assert f"which cannot read {app_dir / 'helper.py'} (mode -rw-------)" in refused.value.message
+    assert f"chmod -R o+rX {app_dir}" in refused.value.message
+
+
+def test_a_system_app_that_cannot_start_logs_the_real_cause(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    if not ROOT:
+        pytest.skip("unprivileged, a worker keeps the user's uid, which reads the user's files")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    chat = Path(shutil.copytree(BUNDLED_APPS / "system" / "chat", private / "chat"))
+    (chat / "app.py").chmod(0o600)
+    desktop = start_desktop([str(chat)])
+    logs = desktop.client.snapshot()
+    assert f"which cannot read {chat / 'app.py'} (mode -rw-------)" in logs, logs
+
+
+def test_a_system_app_in_a_private_directory_starts_with_the_desktop(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    chat = shutil.copytree(BUNDLED_APPS / "system" / "chat", private / "chat")
+    desktop = start_desktop([str(chat)])
+    text = desktop.client.snapshot()
+    assert '<application id="app_0" name="ChatWithUser">' in text, text
+    assert "Could not open" not in text
+
+
+# --- item 7: a private temporary directory per app ----------------------------------------------
+
+
+def second_importer(tmp_path: Path) -> Path:
+    """A copy of the importer app under another manifest id, so both can be installed."""
+    copy = Path(shutil.copytree(TEST_APPS / "importer", tmp_path / "importer2"))
+    manifest = json.loads((copy / "aoapp.json").read_text())
+    manifest.update(id="test.importer2", name="Importer2")
+    (copy / "aoapp.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def test_each_app_has_a_private_temp_dir_removed_on_close(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    desktop = start_desktop(["importer", str(second_importer(tmp_path))])
+    client = desktop.client
+    client.execute("<context>open --application app_0; open --application app_1</context>")
+    first = run(desktop, "app_0", "execute temp")
+    second = run(desktop, "app_1", "execute temp")
+    for used in (first, second):
+        assert used["text"] == "scratch"  # type: ignore[index]
+        assert used["tmpdir"] == used["gettempdir"]  # type: ignore[index]
+        made = Path(used["made"])  # type: ignore[index]
+        assert made.parent == Path(used["real"])  # type: ignore[index]
+        assert used["entries"] == [made.name]  # type: ignore[index]  # NamedTemporaryFile is gone
+    mine, theirs = Path(first["real"]), Path(second["real"])  # type: ignore[index]
+    assert mine != theirs
+    assert mine.parent == theirs.parent == desktop.runtime / desktop.name / "tmp"
+    if ROOT:  # owned by the app's own uid, so DAC keeps the other app out too
+        assert mine.stat().st_uid == psutil.Process(desktop.app_pid("app_0")).uids().real
+    assert run(desktop, "app_0", f"execute peek --path {json.dumps(str(theirs))}") == (
+        "refused: PermissionError"
+    )
+    own = json.dumps(first["gettempdir"])  # type: ignore[index]
+    assert run(desktop, "app_0", f"execute peek --path {own}").startswith("listed")
+    client.execute("<context>close --application app_0</context>")
+    assert not mine.exists()
+    assert theirs.exists()
+
+
+def test_stale_temp_dirs_are_removed_when_the_desktop_starts(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    stale = tmp_path / "run" / "t0" / "tmp" / "app_0-dead"
+    stale.mkdir(parents=True)
+    for directory in (tmp_path / "run", tmp_path / "run" / "t0"):
+        directory.chmod(0o700)
+    (stale / "left.txt").write_text("from a desktop that was killed")
+    start_desktop(["importer"])
+    assert not stale.exists()
+    assert (tmp_path / "run" / "t0" / "tmp").is_dir()
+
+
+# --- item 9: per-app uids unique on the machine --------------------------------------------------
+
+
+@pytest.fixture
+def default_desktops(tmp_path: Path) -> Iterator[Callable[[str], Client]]:
+    """Start desktops all named ``default``, each with its own AOTUI_HOME and runtime dir."""
+    started: list[tuple[subprocess.Popen[bytes], Client]] = []
+
+    def start(label: str) -> Client:
+        root = tmp_path / f"{label}-files"
+        root.mkdir()
+        config = write_config(root / "desktop.toml", [str(TEST_APPS / "echo")])
+        runtime = tmp_path / label  # short: worker sockets live below it
+        command = [sys.executable, "-m", "aotui.supervisor", "up", "--config", str(config)]
+        process = subprocess.Popen(
+            [*command, "--socket", str(runtime)],
+            env={**os.environ, "AOTUI_HOME": str(root / "home")},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = Client("default", str(runtime), timeout_s=20)
+        started.append((process, client))
+
+        def up() -> bool:
+            assert process.poll() is None, f"the desktop {label} exited"
+            try:
+                client.ping(timeout_s=0.5)
+            except DesktopUnavailable:
+                return False
+            return True
+
+        wait_for(up, 30, f"the desktop {label} to answer")
+        return client
+
+    yield start
+    for process, client in started:
+        family = psutil.Process(process.pid).children(recursive=True)
+        with contextlib.suppress(Exception):
+            client.shutdown()
+        client.close()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        _gone, alive = psutil.wait_procs(family, timeout=5)
+        for leftover in alive:
+            leftover.kill()
+        assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+
+
+def worker_uid(client: Client, app: str) -> int:
+    """The real uid of ``app``'s worker."""
+    (pid,) = [row["pid"] for row in client.status()["apps"] if row["app"] == app]
+    return psutil.Process(pid).uids().real  # type: ignore[no-any-return]
+
+
+def test_two_default_desktops_run_their_apps_as_different_uids(
+    default_desktops: Callable[[str], Client],
+) -> None:
+    if not ROOT:
+        pytest.skip("unprivileged, every worker keeps the user's uid (in a user namespace)")
+    first, second = default_desktops("a"), default_desktops("b")
+    for client in (first, second):
+        client.execute("<context>open --application app_0</context>")
+    mine, theirs = worker_uid(first, "app_0"), worker_uid(second, "app_0")
+    assert mine != theirs
+    assert min(mine, theirs) >= UID_BASE
+    # Closing gives the uid back; reopening takes the same one (its key still hashes there).
+    first.execute("<context>close --application app_0</context>")
+    assert mine not in {lease.uid for lease in UidAllocator().leases()}
+    first.execute("<context>open --application app_0</context>")
+    assert worker_uid(first, "app_0") == mine
+
+
+# --- the mechanism alone, in a really confined child ---------------------------------------------
+
+#: Imported afresh in the confined child (forgotten first if this process has them).
+FRESH_MODULES = ("sqlite3", "zoneinfo", "email.mime.text", "xml.dom.minidom", "mailbox", "curses")
+
+
+def private_app(tmp_path: Path) -> tuple[Path, Path]:
+    """An app directory below a 0700 directory, and a secret beside it that nothing grants."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    app = private / "app"
+    app.mkdir()
+    (app / "data.txt").write_text("app data\n")
+    secret = private / "secret.txt"
+    secret.write_text("not granted\n")
+    return app, secret
+
+
+def test_handles_carry_imports_and_the_app_dir_across_the_uid_drop(tmp_path: Path) -> None:
+    if not ROOT:
+        pytest.skip("unprivileged, there is no uid drop: the user reads its own trees by name")
+    app, secret = private_app(tmp_path)
+
+    def attempt() -> dict[str, object]:
+        for name in FRESH_MODULES:
+            for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+                del sys.modules[loaded]  # so the import reads the files again, as the app uid
+            importlib.import_module(name)
+        import sqlite3
+
+        reached = handles.reachable(str(app))
+        try:
+            Path(reached, "..", secret.name).read_text()
+            escaped = "read"
+        except PermissionError:
+            escaped = "denied"
+        return {
+            "via": os.path.dirname(os.path.dirname(sqlite3.__file__ or "")),
+            "sqlite": sqlite3.connect(":memory:").execute("select 6 * 7").fetchone()[0],
+            "data": Path(reached, "data.txt").read_text(),
+            "by_name": os.access(app, os.R_OK),
+            "escape": escaped,
+        }
+
+    outcome = run_confined("root", {"app": APP, "app_dir": str(app), "uid": APP_UID}, attempt)
+    # The stdlib was reached through its handle where its parents are closed (pyenv in /root).
+    stdlib = os.path.dirname(os.__file__)
+    closed = stat.S_IMODE(os.stat(Path(stdlib).parents[-2]).st_mode) & 0o001 == 0
+    assert outcome.value is not None, outcome
+    assert outcome.value.pop("via").startswith("/proc/self/fd/" if closed else stdlib)
+    assert outcome.value == {
+        "sqlite": 42,
+        "data": "app data\n",
+        "by_name": False,  # the uid still cannot reach it by its name…
+        "escape": "denied",  # …nor anything beside it through the handle
+    }, outcome
+    assert {"uid-drop", "landlock"} <= set(outcome.layers)
+
+
+def test_the_probe_names_a_granted_tree_a_per_app_uid_cannot_list(tmp_path: Path) -> None:
+    if not ROOT:
+        pytest.skip("unprivileged, there is no per-app uid whose reach the probe could check")
+    app, _secret = private_app(tmp_path)
+    app.chmod(0o700)  # its own mode, which no handle gets around
+    policy = {"app": APP, "app_dir": str(app), "uid": APP_UID}
+    outcome = run_confined("root", policy, lambda: probe_module._what_stops_apps([str(app)]))
+    assert outcome.value == [f"{app} (Permission denied)"], outcome
+
+
+def test_the_probe_does_not_warn_about_the_interpreter_s_trees() -> None:
+    # A Python under /root (pyenv) used to warn here: its parents are no obstacle any more.
+    report = probe_module.probe()
+    assert "warning" not in report["this_user"], report["this_user"]["warning"]
