@@ -14,6 +14,7 @@ stay where CONTRACT §8 puts them and nothing is left elsewhere (see :func:`unix
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -89,10 +90,12 @@ def _directory_fd(directory: Path) -> int:
                 then = None
             if then is not None and (then.st_dev, then.st_ino) == (now.st_dev, now.st_ino):
                 return held
-            # The directory was removed and made again (a desktop went down and came up).
+            # The directory was removed and made again (a desktop went down and came up). Close
+            # the old descriptor only if it still is ours: its number may have been reused.
             _directory_fds.pop(directory)
-            if then is not None:
-                os.close(held)
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{held}") == f"{directory} (deleted)":
+                    os.close(held)
         fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         _directory_fds[directory] = fd
         return fd

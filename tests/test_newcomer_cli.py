@@ -25,6 +25,7 @@ import pytest
 
 from aotui.protocol.errors import ErrorCode
 from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.paths import SUN_PATH_MAX, is_listening, unix_address
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]
@@ -151,6 +152,22 @@ def test_the_python_client_reaches_a_long_socket_override(
     with Client("e" * 64, str(far / "run"), timeout_s=10) as client:
         client.execute("<context>open --application app_0</context>")
         assert '<application id="app_0"' in client.snapshot()
+
+
+def test_a_long_address_follows_its_directory_when_it_is_made_again(tmp_path: Path) -> None:
+    directory = long_directory(tmp_path, 140)
+    for _ in range(2):  # a desktop that went down (directory removed) and came up again
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        address = unix_address(directory / "control.sock")
+        assert len(address) <= SUN_PATH_MAX
+        listener.bind(address)
+        listener.listen(1)
+        assert (directory / "control.sock").is_socket()
+        assert is_listening(directory / "control.sock")
+        listener.close()
+        (directory / "control.sock").unlink()
+        directory.rmdir()
+        directory.mkdir(mode=0o700)
 
 
 # --- item 5: a stopped or killed desktop answers at once ----------------------------------------
