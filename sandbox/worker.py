@@ -108,6 +108,9 @@ class WorkerLoop:
         self.parents: dict[str, str | None] = {}
         self.sent: dict[str, ViewFragment] = {}
         self.running = True
+        #: Set once an effect could not be acknowledged: this process's memory holds an effect
+        #: that must not survive, so it runs nothing more until the supervisor restarts it.
+        self.discarded = False
         #: Messages that arrived while the app waited on a brokered call.
         self.backlog: list[Message] = []
         self.call_ids = 0
@@ -188,6 +191,12 @@ class WorkerLoop:
 
     def flush(self, force: bool = False) -> None:
         """Re-render every mounted view and send the ones that changed as one update."""
+        update = self.collect(force)
+        if update is not None:
+            self.send(update)
+
+    def collect(self, force: bool = False) -> FragmentUpdate | None:
+        """Re-render every mounted view; the update to send for the ones that changed."""
         changed: list[ViewFragment] = []
         for key in list(self.sent) + [k for k in self.mounted if k not in self.sent]:
             fragment = self.render_one(key, self.mounted.get(key))
@@ -196,7 +205,8 @@ class WorkerLoop:
                 changed.append(fragment)
         if changed or force:
             self.revision += 1
-            self.send(FragmentUpdate(revision=self.revision, views=changed, removed=[]))
+            return FragmentUpdate(revision=self.revision, views=changed, removed=[])
+        return None
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -224,6 +234,9 @@ class WorkerLoop:
         """Serve one message from the supervisor."""
         if isinstance(message, Ping):
             self.send(Pong(seq=message.seq))
+        elif self.discarded and isinstance(message, Operation | Mount | Dismount):
+            refusal = AotuiError(ErrorCode.E_APP_ERROR, "the app is restarting; nothing was run")
+            self.reply_error(message.request_id, refusal)
         elif isinstance(message, Operation):
             self.run_operation(message)
         elif isinstance(message, Mount | Dismount):
@@ -271,7 +284,9 @@ class WorkerLoop:
             self.flush()
             self.reply_error(message.request_id, exc)
             return
-        self.flush()
+        # The ack is encoded before the views go out: an effect that cannot be acknowledged
+        # must never be shown, nor kept.
+        update = self.collect()
         try:
             frame = codec.encode(
                 Ack(
@@ -282,12 +297,25 @@ class WorkerLoop:
                 )
             )
         except AotuiError as exc:
-            self.reply_error(
-                message.request_id,
-                AotuiError(ErrorCode.E_APP_ERROR, f"the handler's result cannot be sent: {exc}"),
-            )
+            self.discard_effect(message.request_id, exc)
             return
+        if update is not None:
+            self.send(update)
         self.sock.send(frame, copy=False)
+
+    def discard_effect(self, request_id: int, exc: AotuiError) -> None:
+        """The handler ran but its ack cannot be sent: ask to be restarted, run nothing more.
+
+        Its effect lives only in this process's memory; the supervisor restarts the app from
+        its last acknowledged state, so the error reply is true: the operation took no effect.
+        """
+        self.discarded = True
+        message = (
+            f"the operation's result or the app's state is too large to send ({exc.message}); "
+            f"it took no effect: the app restarts from its last acknowledged state"
+        )
+        code = ErrorCode.E_APP_ERROR.value
+        self.send(ErrorReply(request_id, code, message, {"outcome": "not applied"}))
 
     def run_callbacks(self) -> None:
         """Run due timers and posted callbacks, then send what changed."""

@@ -138,6 +138,7 @@ class Desktop:
         saved = self.store.load()
         if self.store.wal_damage:
             self.log(f"The desktop store was damaged after a crash: {self.store.wal_damage}.")
+            self.store.wal_damage_reported()
         for row in self.store.quarantined:
             self.log(
                 f"{row.app} ({row.manifest_id or 'unknown app'}) is quarantined: its stored row "
@@ -539,7 +540,11 @@ class Desktop:
             )
         except AotuiError as exc:
             if exc.code is ErrorCode.E_TIMEOUT:
-                exc = self._abandon(app, command.target, exc)
+                exc = await self._abandon(app, command.target, exc)
+            elif exc.data.get("outcome") == "not applied" and exc.code is ErrorCode.E_APP_ERROR:
+                # The worker ran it but cannot acknowledge it: its memory holds an effect that
+                # must not survive. (A worker that lies here only gets itself restarted.)
+                await self._stop_worker(app, "unacknowledged effect")
             app.log_operation(f"execute {command.target}: {exc.code.value} {exc.message}")
             if exc.code is ErrorCode.E_PERMISSION:
                 # Reported by the trusted side, whatever the worker itself logs or floods.
@@ -550,18 +555,32 @@ class Desktop:
             try:
                 await self._commit(app, reply.state)  # the ack waits for this (durability "ack")
             except StoreIOError as exc:
-                raise self._undo(app, command.target, exc) from None
+                raise await self._undo(app, command.target, exc) from None
         app.log_operation(f"execute {command.target}: ok")
         return reply.result
 
-    def _abandon(self, app: AppRecord, operation: str, timeout: AotuiError) -> AotuiError:
+    async def _stop_worker(self, app: AppRecord, reason: str) -> None:
+        """Kill ``app``'s worker and wait until its views are no longer shown (bounded).
+
+        The views it sent may show an effect that is being discarded; once the exit is handled
+        the app is restarting (not shown) and comes back rendered from its stored state.
+        """
+        worker = app.worker
+        self.runner.kill(app, reason)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and app.status is AppStatus.RUNNING:
+            if app.worker is not None and app.worker is not worker:
+                break  # already restarted
+            await asyncio.sleep(0.01)
+
+    async def _abandon(self, app: AppRecord, operation: str, timeout: AotuiError) -> AotuiError:
         """A timed-out operation may still land: stop the worker first, so it never does.
 
         The worker is restarted from the app's last acknowledged state, so the operation took
         no effect on the app's state (CONTRACT §6: the outcome is made knowable, not guessed).
         """
-        self.runner.kill(app, "timeout")
         self.log(f"{app.name} did not finish {operation} in time; restarting it without it.")
+        await self._stop_worker(app, "timeout")
         return AotuiError(
             ErrorCode.E_TIMEOUT,
             f"{timeout.message}; the app was stopped before the operation could complete and "
@@ -571,10 +590,10 @@ class Desktop:
             {**timeout.data, "outcome": "not applied"},
         )
 
-    def _undo(self, app: AppRecord, operation: str, exc: StoreIOError) -> AotuiError:
+    async def _undo(self, app: AppRecord, operation: str, exc: StoreIOError) -> AotuiError:
         """The operation ran but cannot be stored: restart the app from its stored state."""
-        self.runner.kill(app, "store write failed")
         self.log(f"{app.name}: {operation} was undone, because the store cannot be written.")
+        await self._stop_worker(app, "store write failed")
         return AotuiError(
             ErrorCode.E_IO,
             f"{operation} on {app.app_id} was undone: its result could not be stored "

@@ -24,6 +24,7 @@ Nothing is invented and nothing is reset silently:
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -159,17 +160,32 @@ class DesktopStore:
             raise StoreCorrupt(self.path, "the file is empty, but this desktop existed")
 
     def _keep_damaged_wal(self) -> None:
-        """Copy a WAL whose tail SQLite would drop, before SQLite opens (and drops) it."""
+        """Copy a WAL whose tail SQLite would drop, before SQLite opens (and drops) it.
+
+        The finding is written beside the copy (``.why``) and reported by every open until the
+        desktop has told its user (:meth:`wal_damage_reported`): a quick look at the store (the
+        check ``aotui up`` makes first) must not swallow it.
+        """
         wal = Path(f"{self.path}-wal")
-        self.wal_damage = tail_damage(wal)
-        if self.wal_damage is None:
-            return
-        kept = wal.with_name(f"{wal.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-        try:
-            shutil.copy2(wal, kept)
-            self.wal_damage += f"; the WAL as it was is kept as {kept}"
-        except OSError as exc:
-            self.wal_damage += f"; it could not be kept aside ({exc.strerror})"
+        found = tail_damage(wal)
+        reports = []
+        if found is not None:
+            kept = wal.with_name(f"{wal.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+            try:
+                shutil.copy2(wal, kept)
+                Path(f"{kept}.why").write_text(f"{found}; the WAL as it was is kept as {kept}")
+            except OSError as exc:
+                reports.append(f"{found}; it could not be kept aside ({exc.strerror})")
+        notes = sorted(self.path.parent.glob(f"{glob.escape(wal.name)}.damaged-*.why"))
+        reports += [note.read_text(errors="replace") for note in notes]
+        self.wal_damage = "; ".join(reports) or None
+
+    def wal_damage_reported(self) -> None:
+        """The desktop has reported :attr:`wal_damage`: later opens need not repeat it."""
+        wal = f"{self.path.name}-wal"
+        for note in self.path.parent.glob(f"{glob.escape(wal)}.damaged-*.why"):
+            with contextlib.suppress(OSError):
+                note.rename(f"{note}.reported")
 
     def _upgrade(self) -> None:
         text = self._meta("schema_version")

@@ -10,6 +10,7 @@ are quarantined when loaded, never dropped.
 
 from __future__ import annotations
 
+import glob
 import os
 import sqlite3
 import time
@@ -115,7 +116,10 @@ def describe_store(path: Path) -> dict[str, Any]:
     found["health"] = found["health"].value
     info.update(found, held_by=holder, healthy=found["health"] in ("ok", "held"))
     info["wal_damage"] = tail_damage(Path(f"{path}-wal")) if holder is None else None
-    info["damaged_wals"] = sorted(str(p) for p in path.parent.glob(f"{path.name}-wal.damaged-*"))
+    kept = path.parent.glob(f"{glob.escape(path.name)}-wal.damaged-*")
+    info["damaged_wals"] = sorted(
+        str(p) for p in kept if not p.name.endswith((".why", ".reported"))
+    )
     return info
 
 

@@ -529,3 +529,156 @@ def test_retained_snapshot_outlives_the_cap_and_unknown_release_is_an_error(
         keeper.call("retain_snapshot", snapshot_id=puller.call("snapshot")["snapshot_id"])
     assert "retained already" in refused.value.message
     assert keeper.execute(BUMP.format(app="app_0"), snapshot_id=kept)["results"] == [2]
+
+
+# --- item 5: a store that cannot write refuses state changes before their effect --------------
+
+ADD = '<context app_id="app_0" view_id="view_0">execute add --text "{text}"</context>'
+
+
+def items_in(text: str) -> int | None:
+    """The hoarder's item count in a snapshot, or ``None`` when its block is not shown."""
+    if "Items: " not in text:
+        return None
+    return int(text.split("Items: ", 1)[1].split("\n", 1)[0].split("<", 1)[0].strip())
+
+
+def items_shown(desktop: RunningDesktop) -> int | None:
+    return items_in(desktop.client.snapshot())
+
+
+@needs_root
+def test_unwritable_store_refuses_changes_and_recovers(
+    tiny_disk: TinyDisk, tmp_path: Path, ns_started: list[RunningDesktop]
+) -> None:
+    desktop = ns_desktop(tiny_disk, tmp_path, "sick", ["hoarder"], ns_started)
+    wait_up(desktop, tmp_path)
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    acked = 0
+    for i in range(3):
+        acked = client.execute(ADD.format(text=f"note {i}"))["results"][0]
+    path = tiny_disk.outside(store_of(tiny_disk.mount / "home", "sick"))
+    assert not Path(f"{path}-shm").exists()  # exclusive locking: no shared memory to SIGBUS on
+    tiny_disk.fill()
+    failure = None
+    for i in range(200):  # writes may still fit in space the WAL already holds
+        try:
+            acked = client.execute(ADD.format(text=f"{i:04d}" + "z" * 4000))["results"][0]
+        except AotuiError as exc:
+            failure = exc
+            break
+    assert failure is not None, "the full disk never refused a write"
+    assert failure.code is ErrorCode.E_IO, failure.message
+    assert "took no effect" in failure.message or "nothing changed" in failure.message
+    # reads keep working, show no effect of the refused command, and say the store is failing
+    assert failure.data.get("outcome") == "not applied"
+    assert items_shown(desktop) in (None, acked)  # None: restarting from its stored state
+    wait_for(lambda: items_shown(desktop) is not None, 10, "the app to be back")
+    assert items_shown(desktop) == acked
+    assert client.status()["store"]["state"] == "failing"
+    assert "The desktop store cannot be written" in system_logs(desktop)
+    with pytest.raises(AotuiError) as refused:  # refused before any effect now
+        client.execute(ADD.format(text="refused"))
+    assert refused.value.code is ErrorCode.E_IO
+    assert "nothing was changed" in refused.value.message
+    assert items_shown(desktop) == acked
+
+    tiny_disk.free()
+    wait_for(lambda: client.status()["store"]["state"] == "ok", 10, "the store to recover")
+    assert "can be written again" in system_logs(desktop)
+    acked = client.execute(ADD.format(text="after"))["results"][0]
+    os.kill(desktop.process.pid, signal.SIGKILL)
+    desktop.process.wait(timeout=10)
+    again = ns_desktop(tiny_disk, tmp_path, "sick", ["hoarder"], ns_started)
+    wait_up(again, tmp_path)
+    wait_for(lambda: again.app_pid("app_0") is not None, 10, "the app to reopen")
+    assert items_shown(again) == acked  # exactly the acknowledged writes, no refused one
+
+
+# --- item 6: error replies mean no effect -----------------------------------------------------
+
+
+def test_timed_out_operation_never_lands(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"], operation_timeout_ms=500)
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    assert bump(desktop, "app_0", 2) == 2
+    pid = desktop.app_pid("app_0")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # frozen: the operation waits in its socket
+    try:
+        with pytest.raises(AotuiError) as late:
+            client.execute(BUMP.format(app="app_0"))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # were it still alive, it would run the bump now
+    assert late.value.code is ErrorCode.E_TIMEOUT
+    assert "took no effect" in late.value.message
+
+    def back() -> bool:
+        row = desktop.client.status()["apps"][0]
+        return row["state"] == "running" and row["pid"] not in (None, pid)
+
+    wait_for(back, 10, "the app to restart")
+    assert "Calls: 2" in client.snapshot()
+    assert bump(desktop, "app_0", 1) == 3  # the timed-out bump never happened
+
+
+def test_unsendable_result_or_state_takes_no_effect(start_desktop: Start) -> None:
+    desktop = start_desktop(["hoarder"])
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    grow = '<context app_id="app_0" view_id="view_0">execute {op} --kb {kb}</context>'
+    for count in range(1, 5):  # 3.6 MB of state: it still fits in a 4 MiB frame
+        assert client.execute(grow.format(op="grow", kb=900))["results"] == [count]
+    for op, kb in (("grow", 900), ("big_result", 1500)):  # state, then a result, too large
+        pid = desktop.app_pid("app_0")
+        with pytest.raises(AotuiError) as unsendable:
+            client.execute(grow.format(op=op, kb=kb))
+        assert unsendable.value.code is ErrorCode.E_APP_ERROR
+        assert "took no effect" in unsendable.value.message
+        # never shown: the old count, or no block while it restarts
+        assert items_shown(desktop) in (None, 4)
+
+        def back(old: int | None = pid) -> bool:
+            row = client.status()["apps"][0]
+            return row["state"] == "running" and row["pid"] not in (None, old)
+
+        wait_for(back, 10, "the app to restart")
+        assert items_shown(desktop) == 4
+    assert client.execute(ADD.format(text="small"))["results"] == [5]
+
+
+# --- item 8: damage at the WAL's tail is detected and reported --------------------------------
+
+
+def test_wal_tail_damage_is_detected_and_reported(
+    start_desktop: Start, private_home: Path, tmp_path: Path
+) -> None:
+    desktop = start_desktop(["echo"])
+    desktop.client.execute("<context>open --application app_0</context>")
+    assert bump(desktop, "app_0", 50) == 50
+    os.kill(desktop.process.pid, signal.SIGKILL)  # the WAL is left as a crash leaves it
+    desktop.process.wait(timeout=10)
+    path = store_of(private_home, desktop.name)
+    wal = Path(f"{path}-wal")
+    raw = bytearray(wal.read_bytes())
+    for i in range(len(raw) - 200, len(raw) - 192):  # inside the last frame's page
+        raw[i] ^= 0xFF
+    wal.write_bytes(bytes(raw))
+    # SQLite alone drops the damaged commit without a word: its integrity check says ok
+    copy = tmp_path / "copy.db"
+    shutil.copy(path, copy)
+    shutil.copy(wal, f"{copy}-wal")
+    with sqlite3.connect(copy) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    listed = cli(private_home, "desktops")
+    assert "WAL DAMAGE" in listed.stdout, listed.stdout
+
+    again = start_desktop(["echo"], name=desktop.name)
+    logs = system_logs(again)
+    assert "The desktop store was damaged after a crash" in logs
+    assert "may be lost" in logs
+    assert again.client.status()["store"]["wal_damage"]
+    assert list(path.parent.glob(f"{path.name}-wal.damaged-*")), "the damaged WAL was not kept"

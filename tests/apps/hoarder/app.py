@@ -1,0 +1,46 @@
+"""Keeps every text it is given, so its stored state grows (store-fault and frame-limit tests)."""
+
+from aotui.sandbox.sdk import App, OperationCall, View, operation
+
+
+class HoardView(View):
+    def render(self) -> str:
+        hoard = self.app.items  # type: ignore[union-attr]
+        size = sum(len(item) for item in hoard)
+        return f"""<section view="Hoard"><p>Items: {len(hoard)}</p><p>Bytes: {size}</p>
+<button operation="add" args='{{"text": "string"}}'>Add</button>
+<button operation="grow" args='{{"kb": "integer"}}'>Grow</button>
+<button operation="big_result" args='{{"kb": "integer"}}'>Big result</button></section>"""
+
+    @operation("add")
+    def add(self, call: OperationCall) -> int:
+        self.app.items.append(str(call.args["text"]))  # type: ignore[union-attr]
+        return len(self.app.items)  # type: ignore[union-attr]
+
+    @operation("grow")
+    def grow(self, call: OperationCall) -> int:
+        self.app.items.append("x" * (int(call.args["kb"]) * 1024))  # type: ignore[union-attr]
+        return len(self.app.items)  # type: ignore[union-attr]
+
+    @operation("big_result")
+    def big_result(self, call: OperationCall) -> str:
+        self.app.items.append("r")  # type: ignore[union-attr]
+        return "y" * (int(call.args["kb"]) * 1024)
+
+
+class HoardApp(App):
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: list[str] = []
+
+    def roots(self) -> list[View]:
+        return [HoardView("hoard")]
+
+    def serialize(self) -> object:
+        return {"items": self.items}
+
+    def restore(self, data: object) -> None:
+        self.items = list(data["items"])  # type: ignore[index]
+
+
+app = HoardApp()
