@@ -14,7 +14,7 @@ from aotui.sandbox.sdk import App, OperationCall, View, operation
 MODULES = [
     "zoneinfo", "sqlite3", "subprocess", "asyncio", "email.mime.text", "xml.etree.ElementTree",
     "logging.handlers", "argparse", "tempfile", "unittest", "urllib.request", "json.tool",
-    "_decimal", "_zoneinfo", "_sqlite3", "psutil", "multiprocess",
+    "_decimal", "_zoneinfo", "_sqlite3", "psutil", "lxml.objectify",
 ]  # fmt: skip
 
 #: Read at import, through ``__file__`` and through the working directory.
