@@ -91,11 +91,17 @@ class UidAllocator:
         self.path = path
         self.base = base
         self.count = count
-        self.pid = os.getpid()
-        start = process_start(self.pid)
+        self.pid, self.start = self._holder()
+
+    def _holder(self) -> tuple[int, int]:
+        """This process as a lease holder: pid and start time (again after a fork)."""
+        pid = os.getpid()
+        if getattr(self, "pid", None) == pid:
+            return self.pid, self.start
+        start = process_start(pid)
         if start is None:
-            raise OSError(f"cannot read /proc/{self.pid}/stat to name this process's leases")
-        self.start = start
+            raise OSError(f"cannot read /proc/{pid}/stat to name this process's leases")
+        return pid, start
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[list[Lease]]:
@@ -116,6 +122,7 @@ class UidAllocator:
 
     def allocate(self, key: str, label: str = "") -> int:
         """A uid no live lease holds, preferring the one ``key`` hashes to."""
+        self.pid, self.start = self._holder()
         with self._locked() as leases:
             taken = {lease.uid for lease in leases}
             first = zlib.crc32(key.encode()) % self.count
@@ -133,6 +140,7 @@ class UidAllocator:
 
     def release(self, uid: int) -> None:
         """Give ``uid`` back (a no-op when this process does not hold it)."""
+        self.pid, self.start = self._holder()
         with self._locked() as leases:
             leases[:] = [
                 lease for lease in leases if not (lease.uid == uid and lease.pid == self.pid)
