@@ -6,8 +6,9 @@
 - :mod:`sandbox.worker` — the worker process's loop (one per running app).
 - :mod:`sandbox.zygote` — the pre-loaded process that forks workers.
 - :mod:`sandbox.confine` — confinement applied before the app's first line, layer by layer:
-  ``policy`` (what the supervisor grants), ``cgroups``, ``namespaces``, ``rlimits``, ``landlock``,
-  ``seccomp``, on ``linux`` (the ctypes calls); ``probe`` says which layers a machine allows
+  ``policy`` (what the supervisor grants), ``cgroups``, ``namespaces``, ``handles`` (the granted
+  trees across the uid drop), ``rlimits``, ``landlock``, ``seccomp``, on ``linux`` (the ctypes
+  calls); ``probe`` says which layers a machine allows
   (``python -m aotui.sandbox.probe``). See ``docs/sandbox.md``.
 """
 

@@ -125,6 +125,14 @@ def reroute_imports(routes: Mapping[str, str]) -> None:
             # Modules that read data next to themselves later (importlib.resources, __file__).
             with contextlib.suppress(AttributeError, TypeError):  # a read-only module object
                 module.__file__ = reachable(filename)
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and isinstance(spec.origin, str) and spec.has_location:
+            spec.origin = reachable(spec.origin)
+        # A file loader reads resources and traceback source through its own path.
+        loader = getattr(spec, "loader", None)
+        if isinstance(getattr(loader, "path", None), str):
+            with contextlib.suppress(AttributeError):
+                loader.path = reachable(loader.path)  # type: ignore[union-attr]
     # Finders cached for the old names would keep failing on them.
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()

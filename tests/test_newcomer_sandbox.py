@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.resources
 import json
 import os
 import shutil
@@ -281,7 +282,10 @@ def test_handles_carry_imports_and_the_app_dir_across_the_uid_drop(tmp_path: Pat
             escaped = "read"
         except PermissionError:
             escaped = "denied"
+        # json was imported before the drop: its loader must find its files again.
+        resource = importlib.resources.files("json").joinpath("__init__.py").read_text()
         return {
+            "resources": "JSONDecoder" in resource,
             "via": os.path.dirname(os.path.dirname(sqlite3.__file__ or "")),
             "sqlite": sqlite3.connect(":memory:").execute("select 6 * 7").fetchone()[0],
             "data": Path(reached, "data.txt").read_text(),
@@ -296,6 +300,7 @@ def test_handles_carry_imports_and_the_app_dir_across_the_uid_drop(tmp_path: Pat
     assert outcome.value is not None, outcome
     assert outcome.value.pop("via").startswith("/proc/self/fd/" if closed else stdlib)
     assert outcome.value == {
+        "resources": True,
         "sqlite": 42,
         "data": "app data\n",
         "by_name": False,  # the uid still cannot reach it by its name…
