@@ -115,6 +115,15 @@ def reroute_imports(routes: Mapping[str, str]) -> None:
     _routes.update(routes)
     if all(real == name for real, name in routes.items()):
         return
+    folders: dict[str, str] = {}
+
+    def file_name(path: str) -> str:
+        # Hundreds of modules share a few dozen folders: translate each folder once.
+        folder, _, name = path.rpartition("/")
+        if folder not in folders:
+            folders[folder] = reachable(folder) if folder else folder
+        return f"{folders[folder]}/{name}" if folder else path
+
     sys.path[:] = [reachable(entry) if entry else entry for entry in sys.path]
     for module in list(sys.modules.values()):
         search = getattr(module, "__path__", None)
@@ -124,15 +133,15 @@ def reroute_imports(routes: Mapping[str, str]) -> None:
         if isinstance(filename, str):
             # Modules that read data next to themselves later (importlib.resources, __file__).
             with contextlib.suppress(AttributeError, TypeError):  # a read-only module object
-                module.__file__ = reachable(filename)
+                module.__file__ = file_name(filename)
         spec = getattr(module, "__spec__", None)
         if spec is not None and isinstance(spec.origin, str) and spec.has_location:
-            spec.origin = reachable(spec.origin)
+            spec.origin = file_name(spec.origin)
         # A file loader reads resources and traceback source through its own path.
         loader = getattr(spec, "loader", None)
         if isinstance(getattr(loader, "path", None), str):
             with contextlib.suppress(AttributeError):
-                loader.path = reachable(loader.path)  # type: ignore[union-attr]
+                loader.path = file_name(loader.path)  # type: ignore[union-attr]
     # Finders cached for the old names would keep failing on them.
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
