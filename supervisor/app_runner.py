@@ -57,6 +57,8 @@ __all__ = ["AppRunner"]
 
 #: Entries of an app directory :func:`_unreadable_inside` looks at before trusting the rest.
 _READABLE_CHECK_LIMIT = 2000
+#: The largest app copied for a per-app uid that cannot read the app's own files.
+_COPY_LIMIT_BYTES = 64 * 2**20
 #: Brokered HTTP requests one worker may have in flight; more is a flood.
 _MAX_HTTP_IN_FLIGHT = 8
 
@@ -89,6 +91,8 @@ class AppRunner:
         #: Per running app: its leased uid (root) and its private temporary directory.
         self._leased: dict[str, int] = {}
         self._tmp_dirs: dict[str, Path] = {}
+        #: Per running app whose files its uid cannot read: the copy it runs from.
+        self._copies: dict[str, Path] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._http_tasks: set[asyncio.Task[None]] = set()
 
@@ -134,21 +138,38 @@ class AppRunner:
         self.launcher.stop()
         _remove_tree(self.tmp_root)
 
-    def check_readable(self, app: AppRecord, uid: int) -> None:
-        """As root, refuse clearly an app whose own files the per-app ``uid`` could not read.
+    def readable_app_dir(self, app: AppRecord, uid: int) -> Path:
+        """As root, the directory the per-app ``uid`` runs ``app`` from: its own, or a copy.
 
         The directories above the app do not matter: the worker reaches the app's directory
-        through a descriptor opened before its uid drop (``sandbox/handles.py``).
+        through a descriptor opened before its uid drop (``sandbox/handles.py``). Files of the app
+        that ``uid`` may not read (a checkout made with umask 077) are copied for it instead, into
+        the app's private area, owned by ``uid``; an app over :data:`_COPY_LIMIT_BYTES` is
+        refused, naming the file and the ``chmod`` that would let it run in place.
         """
-        blocked = _unreadable_inside(app.manifest.app_dir, uid)
-        if blocked is not None:
+        source = app.manifest.app_dir
+        blocked = _unreadable_inside(source, uid)
+        if blocked is None:
+            return source
+        size = _tree_size(source)
+        if size > _COPY_LIMIT_BYTES:
             raise AotuiError(
                 ErrorCode.E_PERMISSION,
                 f"{app.app_id} ({app.name}) runs as uid {uid}, which cannot read {blocked} (mode "
-                f"{_mode(blocked)}); the app's own files must be readable by other users: "
-                f"chmod -R o+rX {app.manifest.app_dir}",
+                f"{_mode(blocked)}), and at {size // 2**20} MiB the app is too big to copy for it "
+                f"(limit {_COPY_LIMIT_BYTES // 2**20} MiB): make its files readable by other "
+                f"users with chmod -R o+rX {source}",
                 {"path": str(blocked)},
             )
+        copy = self.tmp_root / f"{app.app_id}-{secrets.token_hex(4)}-app"
+        shutil.copytree(source, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        _hand_over(copy, uid)
+        self._copies[app.app_id] = copy
+        self.log(
+            f"{app.name}: uid {uid} cannot read {blocked} (mode {_mode(blocked)}); it runs from "
+            "a private copy of the app (chmod -R o+rX the app to run it in place)."
+        )
+        return copy
 
     def policy(self, app: AppRecord) -> dict[str, Any]:
         """The confinement policy of ``app``'s worker; leases its uid and temp dir when new."""
@@ -158,8 +179,9 @@ class AppRunner:
             # Keyed by the runtime directory: two live desktops never share one.
             uid = self.uids.allocate(f"{self.paths.root} {app.app_id}")
             self._leased[app.app_id] = uid
+        app_dir = app.manifest.app_dir
         if uid is not None:
-            self.check_readable(app, uid)
+            app_dir = self._copies.get(app.app_id) or self.readable_app_dir(app, uid)
         tmp_dir = self._tmp_dirs.get(app.app_id)
         if tmp_dir is None:
             tmp_dir = self.tmp_root / f"{app.app_id}-{secrets.token_hex(4)}"
@@ -169,7 +191,7 @@ class AppRunner:
                 os.chown(tmp_dir, uid, uid)
         return {
             "app": app.app_id,
-            "app_dir": str(app.manifest.app_dir),
+            "app_dir": str(app_dir),
             "fs_read": [p.scope for p in grants if p.resource == "fs" and p.action == "read"],
             "fs_write": [p.scope for p in grants if p.resource == "fs" and p.action == "write"],
             "limits": {**vars(self.config.limits), **app.manifest.limits},
@@ -179,10 +201,10 @@ class AppRunner:
         }
 
     def _release(self, app: AppRecord) -> None:
-        """Give back what the app's last worker leased: its temp dir and its uid."""
-        tmp_dir = self._tmp_dirs.pop(app.app_id, None)
-        if tmp_dir is not None:
-            _remove_tree(tmp_dir)
+        """Give back what the app's last worker leased: its temp dir, its copy, its uid."""
+        for made in (self._tmp_dirs.pop(app.app_id, None), self._copies.pop(app.app_id, None)):
+            if made is not None:
+                _remove_tree(made)
         uid = self._leased.pop(app.app_id, None)
         if uid is not None and self.uids is not None:
             self.uids.release(uid)
@@ -230,12 +252,13 @@ class AppRunner:
             app.views.reset_fragments()
             app.kill_reason = ""
             timeout = self.config.start_timeout_ms / 1000
+            policy = self.policy(app)  # its app_dir may be a copy the per-app uid can read
             handle.pid = await self.launcher.launch(
                 app.app_id,
-                str(app.manifest.app_dir),
+                policy["app_dir"],
                 app.manifest.entry,
                 endpoint,
-                self.policy(app),
+                policy,
                 listener.fileno(),
                 output.write_fd,
             )
@@ -478,6 +501,28 @@ def _unreadable_inside(app_dir: Path, uid: int) -> Path | None:
                 return Path(name)
         dirs.sort()
     return None
+
+
+def _tree_size(root: Path) -> int:
+    """The bytes of the files below ``root`` (what a copy would take), symlinks not followed."""
+    total = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(directory, name)).st_size
+    return total
+
+
+def _hand_over(copy: Path, uid: int) -> None:
+    """Make ``copy`` readable by ``uid`` alone: owned by it, read-only, searchable."""
+    for directory, _dirs, files in os.walk(copy):
+        for name in files:
+            path = os.path.join(directory, name)
+            os.lchown(path, uid, uid)
+            if not os.path.islink(path):
+                os.chmod(path, 0o400)
+        os.chown(directory, uid, uid)
+        os.chmod(directory, 0o500)
 
 
 def _mode(path: Path) -> str:

@@ -75,19 +75,51 @@ def test_an_app_in_a_private_directory_opens(start_desktop: Start, tmp_path: Pat
     assert "hello from helper; data next to the app" in desktop.client.snapshot()
 
 
-def test_an_app_whose_own_files_are_unreadable_is_refused_with_the_cause(
+def test_an_app_whose_own_files_are_unreadable_runs_from_a_private_copy(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    if not ROOT:
+        pytest.skip("unprivileged, a worker keeps the user's uid, which reads the user's files")
+    app_dir = private_copy(tmp_path, "importer")  # as a checkout made with umask 077 would be
+    for path in [app_dir, *app_dir.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    desktop = start_desktop([str(app_dir)])
+    desktop.client.execute("<context>open --application app_0</context>")
+    result = run(desktop, "app_0", "execute imports")
+    assert result["failed"] == {}  # type: ignore[index]
+    text = desktop.client.snapshot()
+    assert "hello from helper; data next to the app" in text
+    assert f"cannot read {app_dir} (mode drwx------); it runs from a private copy" in text
+    (copy,) = (desktop.runtime / desktop.name / "tmp").glob("app_0-*-app")
+    assert copy.stat().st_uid == psutil.Process(desktop.app_pid("app_0")).uids().real
+    assert stat.S_IMODE((copy / "helper.py").stat().st_mode) == 0o400
+    desktop.client.execute("<context>close --application app_0</context>")
+    assert not copy.exists()
+    assert (app_dir / "helper.py").exists()  # the original is left as it was
+
+
+def sparse_big_file(app_dir: Path) -> None:
+    """A 100 MiB file that takes no disk space: the app is too big to copy."""
+    with open(app_dir / "big.bin", "wb") as big:
+        big.truncate(100 * 2**20)
+
+
+def test_an_unreadable_app_too_big_to_copy_is_refused_with_the_cause(
     start_desktop: Start, tmp_path: Path
 ) -> None:
     if not ROOT:
         pytest.skip("unprivileged, a worker keeps the user's uid, which reads the user's files")
     app_dir = private_copy(tmp_path, "importer")
     (app_dir / "helper.py").chmod(0o600)
+    sparse_big_file(app_dir)
     desktop = start_desktop([str(app_dir)])
     with pytest.raises(AotuiError) as refused:
         desktop.client.execute("<context>open --application app_0</context>")
     assert refused.value.code is ErrorCode.E_PERMISSION
-    assert f"which cannot read {app_dir / 'helper.py'} (mode -rw-------)" in refused.value.message
-    assert f"chmod -R o+rX {app_dir}" in refused.value.message
+    message = refused.value.message
+    assert f"which cannot read {app_dir / 'helper.py'} (mode -rw-------)" in message
+    assert "at 100 MiB the app is too big to copy for it (limit 64 MiB)" in message
+    assert f"chmod -R o+rX {app_dir}" in message
 
 
 def test_a_system_app_that_cannot_start_logs_the_real_cause(
@@ -99,6 +131,7 @@ def test_a_system_app_that_cannot_start_logs_the_real_cause(
     private.mkdir(mode=0o700)
     chat = Path(shutil.copytree(BUNDLED_APPS / "system" / "chat", private / "chat"))
     (chat / "app.py").chmod(0o600)
+    sparse_big_file(chat)
     desktop = start_desktop([str(chat)])
     logs = desktop.client.snapshot()
     assert f"which cannot read {chat / 'app.py'} (mode -rw-------)" in logs, logs
