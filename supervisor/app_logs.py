@@ -6,6 +6,14 @@ the other end on its loop and appends to ``AOTUI_HOME/logs/<desktop>/<app_N>.log
 most ``(max_bytes + 64 KiB) × (backups + 1)`` of disk (a file rotates after the read that
 crossed the size), and the worker itself never holds a file descriptor of
 the log (it could not be trusted to rotate it).
+
+Output costs the supervisor a bounded amount, charged to the app: a token bucket admits
+``rate_bytes`` a second (:data:`OUTPUT_BYTES_PER_S`) with bursts of up to ``burst_bytes``
+(:data:`OUTPUT_BURST_BYTES`). Past that, the rest of the chunk that crossed the budget is dropped
+and counted, and the pipe is not read again for a second — so a flooding app blocks in its own
+``write`` (its time, not the supervisor's), and a line in the log says how many bytes were
+dropped. Lines are stamped with one ``bytes.replace``, so a flood of empty lines costs no more
+than any other bytes.
 """
 
 from __future__ import annotations
@@ -14,24 +22,60 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["AppLog", "last_output", "log_files", "log_size"]
+__all__ = [
+    "OUTPUT_BURST_BYTES",
+    "OUTPUT_BYTES_PER_S",
+    "AppLog",
+    "last_output",
+    "log_files",
+    "log_size",
+]
+
+#: Bytes of stdout/stderr per second an app may make the supervisor read and write…
+OUTPUT_BYTES_PER_S = 64 << 10
+#: …and in one burst.
+OUTPUT_BURST_BYTES = 256 << 10
+#: Seconds the pipe is left unread once an app is over its budget.
+_PAUSE_S = 1.0
+#: Reads of what is left in the pipe when the worker has ended (the pipe holds 64 KiB).
+_DRAIN_READS = 4
 
 
 class AppLog:
     """The supervisor's end of one app's output pipe, written to a rotating file."""
 
-    def __init__(self, path: Path, max_bytes: int = 1 << 20, backups: int = 3) -> None:
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int = 1 << 20,
+        backups: int = 3,
+        rate_bytes: int = OUTPUT_BYTES_PER_S,
+        on_over: Callable[[], None] | None = None,
+        burst_bytes: int = OUTPUT_BURST_BYTES,
+    ) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
+        self.rate_bytes = rate_bytes
+        self.burst_bytes = max(burst_bytes, rate_bytes)
+        #: Called once, the first time the app prints past its budget.
+        self.on_over = on_over
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(self.read_fd, False)
         self._file = open(path, "ab")  # noqa: SIM115 -- lives as long as the worker
         self._partial = b""
-        asyncio.get_running_loop().add_reader(self.read_fd, self._readable)
+        self._loop = asyncio.get_running_loop()
+        self._tokens = float(self.burst_bytes)
+        self._stamp = self._loop.time()
+        #: Bytes dropped in the current window, and in all.
+        self.dropped = 0
+        self.dropped_total = 0
+        self._resume: asyncio.TimerHandle | None = None
+        self._loop.add_reader(self.read_fd, self._readable)
 
     def handed_over(self) -> None:
         """The worker has its copy of the write end; drop ours so EOF means it ended."""
@@ -40,6 +84,9 @@ class AppLog:
         self.write_fd = -1
 
     def _readable(self) -> None:
+        now = self._loop.time()
+        self._tokens = min(self.burst_bytes, self._tokens + (now - self._stamp) * self.rate_bytes)
+        self._stamp = now
         try:
             data = os.read(self.read_fd, 65536)
         except BlockingIOError:
@@ -47,15 +94,48 @@ class AppLog:
         if not data:
             self.close()
             return
-        self._write(data)
+        room = int(self._tokens)
+        if len(data) > room:
+            self._over(len(data) - room)
+            data = data[:room]
+            # Not read again for a while: the app blocks in its own write until then.
+            self._loop.remove_reader(self.read_fd)
+            self._resume = self._loop.call_later(_PAUSE_S, self._resume_reading)
+        self._tokens -= len(data)
+        if data:
+            self._write(data)
+
+    def _over(self, count: int) -> None:
+        if not self.dropped_total and self.on_over is not None:
+            self.on_over()
+        self.dropped += count
+        self.dropped_total += count
+
+    def _report_dropped(self) -> None:
+        if self.dropped:
+            self._write(b"\n" if self._partial else b"")
+            self._write(
+                f"[aotui: {self.dropped} bytes of output dropped: over "
+                f"{self.rate_bytes} bytes a second]\n".encode()
+            )
+            self.dropped = 0
+
+    def _resume_reading(self) -> None:
+        self._resume = None
+        if self.read_fd >= 0:
+            self._report_dropped()
+            self._loop.add_reader(self.read_fd, self._readable)
 
     def _write(self, data: bytes) -> None:
+        chunk = self._partial + data
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            self._partial = chunk[-4096:]  # an endless line cannot grow without bound
+            return
+        self._partial = chunk[cut + 1 :][-4096:]
         stamp = time.strftime("%Y-%m-%d %H:%M:%S ").encode()
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()[-4096:]  # an endless line cannot grow without bound
-        if lines:
-            self._file.write(b"".join(stamp + line + b"\n" for line in lines))
-            self._file.flush()
+        self._file.write(stamp + chunk[:cut].replace(b"\n", b"\n" + stamp) + b"\n")
+        self._file.flush()
         if self._file.tell() >= self.max_bytes:
             self._rotate()
 
@@ -73,10 +153,16 @@ class AppLog:
         """Stop reading; flush what is left."""
         if self.read_fd < 0:
             return
+        if self._resume is not None:
+            self._resume.cancel()
         with contextlib.suppress(ValueError, RuntimeError):
-            asyncio.get_running_loop().remove_reader(self.read_fd)
+            self._loop.remove_reader(self.read_fd)
+        self._report_dropped()
         with contextlib.suppress(OSError):  # what the worker wrote just before it ended
-            while data := os.read(self.read_fd, 65536):
+            for _ in range(_DRAIN_READS):
+                data = os.read(self.read_fd, 65536)
+                if not data:
+                    break
                 self._write(data)
         if self._partial:
             self._write(b"\n")

@@ -37,12 +37,19 @@ from aotui.protocol.messages import (
     Shutdown,
     Start,
 )
-from aotui.supervisor.app_logs import AppLog
+from aotui.supervisor.app_logs import OUTPUT_BYTES_PER_S, AppLog
 from aotui.supervisor.app_record import AppRecord, AppStatus
 from aotui.supervisor.config import DesktopConfig
-from aotui.supervisor.http_broker import HttpRequest, fetch, policy_from_permissions
+from aotui.supervisor.http_broker import (
+    BROKER_THREADS_PER_APP,
+    HttpRequest,
+    broker_pool,
+    fetch,
+    policy_from_permissions,
+)
 from aotui.supervisor.launcher import ZygoteLauncher
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
+from aotui.supervisor.system_log import said_by
 from aotui.supervisor.uids import UidAllocator
 from aotui.supervisor.view_tree import ViewTree
 from aotui.supervisor.watchdog import Watchdog
@@ -72,7 +79,7 @@ class AppRunner:
         paths: DesktopPaths,
         context: zmq.asyncio.Context,
         apps: Callable[[], Sequence[AppRecord]],
-        log: Callable[[str], None],
+        log: Callable[..., None],
         on_change: Callable[[str], None],
     ) -> None:
         self.config = config
@@ -95,6 +102,8 @@ class AppRunner:
         self._copies: dict[str, Path] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._http_tasks: set[asyncio.Task[None]] = set()
+        # Brokered HTTP has threads of its own: slow servers cannot starve the store's writes.
+        self.http_pool = broker_pool()
 
     def _log_fd(self) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -136,6 +145,7 @@ class AppRunner:
         for app in live:
             await self._discard(app)
         self.launcher.stop()
+        self.http_pool.shutdown(wait=False, cancel_futures=True)
         _remove_tree(self.tmp_root)
 
     def readable_app_dir(self, app: AppRecord, uid: int) -> Path:
@@ -235,7 +245,14 @@ class AppRunner:
         # the socket a frame arrives on, never what the frame says.
         path = self.paths.workers / f"{app.app_id}-{secrets.token_hex(6)}.sock"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        output = AppLog(app_log_dir(self.config.desktop) / f"{app.app_id}.log")
+        output = AppLog(
+            app_log_dir(self.config.desktop) / f"{app.app_id}.log",
+            on_over=lambda: self.log(
+                f"{app.name} prints more than {OUTPUT_BYTES_PER_S // 1024} KB a second; it is "
+                f"slowed down and the rest is dropped from its log (aotui logs {app.app_id}).",
+                app.app_id,
+            ),
+        )
         try:
             address = unix_address(path)  # a long runtime path is reached through a short one
             endpoint = f"ipc://{address}"
@@ -246,7 +263,9 @@ class AppRunner:
             # Refused by ZeroMQ before it allocates (options apply to connections made after).
             sock.setsockopt(zmq.MAXMSGSIZE, MAX_WORKER_FRAME)
             sock.connect(endpoint)
-            handle = WorkerHandle(app.app_id, endpoint, sock, self._message, self._violation)
+            handle = WorkerHandle(
+                app.app_id, endpoint, sock, self._message, self._violation, BROKER_THREADS_PER_APP
+            )
             handle.start()
             app.worker = handle
             app.views.reset_fragments()
@@ -293,10 +312,29 @@ class AppRunner:
             self.on_change("app_restarted")
         layers = ", ".join(handle.layers) or "none"
         what = "restarted" if restarting else "opened"
-        self.log(f"{app.name} {what} (pid {handle.pid}; confinement: {layers}).")
+        self.log(f"{app.name} {what} (pid {handle.pid}; confinement: {layers}).", app.app_id)
 
     async def close(self, app: AppRecord) -> None:
-        """Ask the worker to exit, kill it after a grace period, forget its views."""
+        """Ask the worker to exit, kill it after a grace period, forget its views.
+
+        Works in every state: a start in progress is waited for and then closed, a restart
+        waiting out its back-off is called off, a close in progress is waited for.
+        """
+        deadline = time.monotonic() + self.config.start_timeout_ms / 1000 + 2.0
+        while app.status in (AppStatus.STARTING, AppStatus.STOPPING):
+            if time.monotonic() > deadline:
+                raise AotuiError(
+                    ErrorCode.E_TIMEOUT, f"{app.app_id} is still {app.status.value}; try again"
+                )
+            await asyncio.sleep(0.01)
+        if app.status is AppStatus.RESTARTING:
+            # Between a crash and its restart: _ended sees the new status and gives up.
+            await self._discard(app)
+            app.views = ViewTree()
+            app.restore_views = []
+            app.transition(AppStatus.NOT_RUNNING)
+            self.log(f"{app.name} closed (its restart was called off).")
+            return
         if not app.is_live:
             return
         app.transition(AppStatus.STOPPING)
@@ -357,9 +395,12 @@ class AppRunner:
         elif isinstance(message, LogRecord):
             admitted, dropped = worker.admit_log()
             if dropped:
-                self.log(f"{app.name}: {dropped} log line(s) dropped (over {LOG_LINES_PER_S}/s)")
+                self.log(
+                    f"{app.name}: {dropped} log line(s) dropped (over {LOG_LINES_PER_S}/s)",
+                    said_by(app.app_id),
+                )
             if admitted:
-                self.log(f"{app.name}: {message.message}")
+                self.log(f"{app.name}: {message.message}", said_by(app.app_id))
         elif isinstance(message, HttpCall):
             if worker.http_in_flight >= _MAX_HTTP_IN_FLIGHT:
                 self.log(f"{app.name} flooded the HTTP broker; killing it.")
@@ -375,7 +416,9 @@ class AppRunner:
         policy = policy_from_permissions(app.manifest.permissions, self.config.allow_private_http)
         try:
             request = HttpRequest.from_dict(call.request)
-            response = await asyncio.to_thread(fetch, request, policy)
+            async with worker.http_slots:  # one app never holds the whole pool
+                loop = asyncio.get_running_loop()
+                response = await loop.run_in_executor(self.http_pool, fetch, request, policy)
             result = HttpResult(call.call_id, response=response.to_dict())
         except AotuiError as exc:
             if exc.code is ErrorCode.E_PERMISSION:
@@ -391,7 +434,8 @@ class AppRunner:
         app = self._app_of(worker)
         if app is None:
             return
-        self.log(f"{app.name} broke the channel protocol ({error.message}); killing it.")
+        what = f"{app.name} broke the channel protocol ({error.message}); killing it."
+        self.log(what, app.app_id)
         self.kill(app, "protocol violation")
 
     def _exited(self, exited: Exited) -> None:
@@ -423,6 +467,8 @@ class AppRunner:
         decision = app.restart_tracker.decide(abnormal)
         mounted = app.views.mounted_keys()
         await self._discard(app)
+        if app.status in (AppStatus.STOPPING, AppStatus.NOT_RUNNING):
+            return  # closed while the worker was being discarded
         if decision.failed:
             app.transition(AppStatus.FAILED)
             self.log(f"{app.name} failed ({app.last_exit}): {decision.reason}; open it to retry.")
@@ -434,7 +480,7 @@ class AppRunner:
             return
         app.transition(AppStatus.RESTARTING)
         app.restarts += 1
-        self.log(f"{app.name} crashed ({app.last_exit}); restarting.")
+        self.log(f"{app.name} crashed ({app.last_exit}); restarting.", app.app_id)
         app.restore_views = mounted
         if decision.delay_s:
             await asyncio.sleep(decision.delay_s)
@@ -443,7 +489,7 @@ class AppRunner:
         try:
             await self.open(app)
         except AotuiError as exc:
-            self.log(f"{app.name} could not restart: {exc.message}")
+            self.log(f"{app.name} could not restart: {exc.message}", app.app_id)
 
     # --- background loops -----------------------------------------------------------------------
 

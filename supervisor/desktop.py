@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from aotui.supervisor.state import AppEntry, DesktopState
 from aotui.supervisor.store import DesktopStore
 from aotui.supervisor.store_faults import StoreIOError
 from aotui.supervisor.store_lock import StoreLock
+from aotui.supervisor.system_log import SystemLog
 
 __all__ = ["Desktop"]
 
@@ -64,7 +64,8 @@ class Desktop:
         self.desktop_id = config.desktop
         self.created = time.time()
         self.apps: list[AppRecord] = []
-        self.system_log: deque[tuple[float, str]] = deque(maxlen=config.log_entries)
+        # A fair share per source: one app cannot evict the others' crash reports.
+        self.system_log = SystemLog(config.log_entries)
         self.store: DesktopStore | None = None
         self.store_lock: StoreLock | None = None
         #: Why the store refuses writes, while it does (state-changing commands get ``E_IO``).
@@ -355,9 +356,9 @@ class Desktop:
                 self._dirty |= dirty
                 self._store_failed(exc)
 
-    def log(self, text: str) -> None:
-        """Add a line to System Logs."""
-        self.system_log.append((time.time(), text))
+    def log(self, text: str, owner: str | None = None) -> None:
+        """Add a line to System Logs (``owner``: see :mod:`supervisor.system_log`)."""
+        self.system_log.add(time.time(), text, owner)
 
     # --- install --------------------------------------------------------------------------------
 

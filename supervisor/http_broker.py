@@ -7,6 +7,10 @@ the host against the grants, the port, one DNS resolution, the address class; th
 *that* address (a rebound second answer is never asked for), sends the host name as ``Host`` and
 SNI, verifies the certificate for it, and caps the response's size and the whole fetch's time.
 ``docs/http.md`` lists every check and the error each one gives.
+
+Requests run on the broker's own bounded thread pool (:func:`broker_pool`), never on the event
+loop's default executor that the store's writes use: eight slow servers must not delay another
+app's acknowledged execute.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote, urljoin, urlsplit
@@ -29,16 +34,24 @@ from aotui.supervisor.manifest import Permission
 from aotui.supervisor.net_policy import IPAddress, address_refusal, host_allowed, normalise_host
 
 __all__ = [
+    "BROKER_THREADS",
+    "BROKER_THREADS_PER_APP",
     "MAX_REQUEST_BODY",
     "METHODS",
     "BrokerPolicy",
     "HttpRequest",
     "HttpResponse",
     "Resolver",
+    "broker_pool",
     "fetch",
     "host_allowed",
     "policy_from_permissions",
 ]
+
+#: Threads performing brokered requests for the whole desktop…
+BROKER_THREADS = 8
+#: …of which one app may hold at most this many (its other requests wait their turn).
+BROKER_THREADS_PER_APP = 4
 
 #: The methods an app may use.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -151,6 +164,11 @@ class BrokerPolicy:
     max_redirects: int = 5
     #: Ports a URL may name; not checked with ``allow_private`` (test servers use any port).
     allowed_ports: tuple[int, ...] = (80, 443)
+
+
+def broker_pool() -> ThreadPoolExecutor:
+    """The broker's own bounded pool (shut it down with the desktop)."""
+    return ThreadPoolExecutor(max_workers=BROKER_THREADS, thread_name_prefix="aotui-http")
 
 
 def policy_from_permissions(

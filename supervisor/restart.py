@@ -8,10 +8,16 @@ Restart intensity: at most ``max_restarts`` restarts within ``period_s`` seconds
 that window and the app is ``failed`` until the agent opens it again. Restarts inside the window
 back off exponentially (``backoff_s`` doubling up to ``backoff_max_s``), so a crash loop costs
 little. Time is injected, so the rules are tested without sleeping.
+
+A policy comes from an untrusted manifest, so its numbers are clamped to :data:`BOUNDS`: at most
+100 restarts per period, a period of at least 1 s, a first back-off of at least 0.1 s and a
+longest back-off between that and 300 s. ``max_restarts 1e8, period_s 0.001, backoff_s 0`` is
+thereby a policy that restarts about once a second at worst, never 37 times a second forever.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections import deque
@@ -22,7 +28,15 @@ from typing import Any
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.registry import Clock
 
-__all__ = ["RestartDecision", "RestartMode", "RestartPolicy", "RestartTracker"]
+__all__ = ["BOUNDS", "RestartDecision", "RestartMode", "RestartPolicy", "RestartTracker"]
+
+#: (lowest, highest) value of each number of a restart policy; a value outside is clamped.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "max_restarts": (0, 100),
+    "period_s": (1.0, 86_400.0),
+    "backoff_s": (0.1, 60.0),
+    "backoff_max_s": (0.1, 300.0),
+}
 
 
 class RestartMode(enum.Enum):
@@ -70,14 +84,23 @@ class RestartPolicy:
         for key in ("max_restarts", "period_s", "backoff_s", "backoff_max_s"):
             if key in raw:
                 value = raw[key]
-                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                    or not value >= 0  # NaN too
+                ):
                     raise AotuiError(
                         ErrorCode.E_INVALID_CMD,
                         f"{where}.{key} must be a non-negative number, got {value!r}",
                         {"field": f"{where}.{key}"},
                     )
-                values[key] = int(value) if key == "max_restarts" else float(value)
-        return cls(**values)
+                low, high = BOUNDS[key]
+                clamped = min(max(float(value), low), high)
+                values[key] = int(clamped) if key == "max_restarts" else clamped
+        policy = cls(**values)
+        if policy.backoff_max_s < policy.backoff_s:
+            policy = dataclasses.replace(policy, backoff_max_s=policy.backoff_s)
+        return policy
 
 
 @dataclass(frozen=True)

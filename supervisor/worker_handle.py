@@ -86,6 +86,7 @@ class WorkerHandle:
         sock: zmq.asyncio.Socket,
         on_message: Callable[[WorkerHandle, Message], None],
         on_violation: Callable[[WorkerHandle, AotuiError], None],
+        http_threads: int = 4,
     ) -> None:
         self.app_id = app_id
         self.endpoint = endpoint
@@ -97,6 +98,8 @@ class WorkerHandle:
         self.output: Any = None
         #: Brokered HTTP requests being performed for this worker.
         self.http_in_flight = 0
+        #: Its share of the broker's threads (``BROKER_THREADS_PER_APP``).
+        self.http_slots = asyncio.Semaphore(http_threads)
         #: Monotonic time of the last heartbeat answer.
         self.last_pong = time.monotonic()
         #: Confinement layers the worker reported in its ``Hello``.

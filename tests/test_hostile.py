@@ -8,9 +8,14 @@ log floods, hostile restart policies), each beside the ``echo`` app as the victi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import http.server
 import json
+import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,9 +27,12 @@ import pytest
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import ChildLink, FragmentUpdate, ViewFragment
 from aotui.supervisor import view_tree
+from aotui.supervisor.app_logs import AppLog
 from aotui.supervisor.app_record import AppRecord, AppStatus
 from aotui.supervisor.manifest import load_manifest
+from aotui.supervisor.restart import RestartPolicy, RestartTracker
 from aotui.supervisor.snapshot import SnapshotBudget, build_snapshot
+from aotui.supervisor.system_log import SystemLog, said_by
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]
@@ -179,12 +187,14 @@ def test_fragments_are_charged_their_frame() -> None:
 # --- end to end -----------------------------------------------------------------------------------
 
 
-def _attack(client: Any, what: str, arg: str = "", operation: str = "attack") -> Any:
+def _attack(
+    client: Any, what: str, arg: str = "", operation: str = "attack", **more: object
+) -> Any:
     command = {
         "app": "app_1",
         "view": "view_0",
         "operation": operation,
-        "args": {"what": what, "arg": arg},
+        "args": {"what": what, "arg": arg, **more},
     }
     return client.execute(command)["results"][0]
 
@@ -321,3 +331,179 @@ def test_protocol_violations_are_typed_and_kill_only_the_offender(
     )
     assert _state(desktop, "app_1")["last_exit"] == "protocol violation"
     assert _bump(client) == 1
+
+
+# --- starvation (class D) -------------------------------------------------------------------------
+
+
+def test_one_noisy_owner_cannot_evict_the_others() -> None:
+    log = SystemLog(capacity=50)
+    log.add(1.0, "Desktop initialized.")
+    log.add(2.0, "Crashy crashed (exit 3); restarting.", "app_0")
+    for index in range(1000):
+        log.add(3.0 + index, f"Flooder: chatter {index}", said_by("app_1"))
+        log.add(3.0 + index, f"Flooder crashed ({index})", "app_1")
+    texts = [text for _ts, text in log]
+    assert len(log) <= 50
+    assert "Crashy crashed (exit 3); restarting." in texts
+    assert "Desktop initialized." in texts
+    assert texts[-1] == "Flooder crashed (999)"  # the newest lines of the noisy app are kept
+    assert sum("chatter" in text for text in texts) == log.share
+    assert [ts for ts, _text in log] == sorted(ts for ts, _text in log)
+
+
+def test_hostile_restart_policies_are_clamped() -> None:
+    policy = RestartPolicy.from_dict(
+        {"max_restarts": 1e8, "period_s": 0.001, "backoff_s": 0, "backoff_max_s": 1e9}
+    )
+    assert (policy.max_restarts, policy.period_s) == (100, 1.0)
+    assert (policy.backoff_s, policy.backoff_max_s) == (0.1, 300.0)
+    tracker = RestartTracker(policy, clock=lambda: now)
+    now, delays = 0.0, []
+    for _ in range(200):  # a worker that dies the moment it starts
+        decision = tracker.decide(abnormal=True)
+        assert decision.restart
+        delays.append(decision.delay_s)
+        now += decision.delay_s + 0.01
+    assert 200 / now < 5  # restarts a second, at worst; 37 a second before the clamp
+    assert min(delays[1:]) >= 0.1
+
+
+def test_app_output_costs_at_most_its_budget(tmp_path: Path) -> None:
+    async def flood() -> tuple[int, bytes]:
+        log = AppLog(
+            tmp_path / "app.log",
+            max_bytes=1 << 30,  # no rotation: the test reads one file
+            rate_bytes=64 << 10,
+            burst_bytes=64 << 10,
+            on_over=lambda: heard.append(1),
+        )
+        writer = os.fdopen(os.dup(log.write_fd), "wb", buffering=0)
+        log.handed_over()
+        stop = threading.Event()
+
+        def write() -> None:
+            os.set_blocking(writer.fileno(), False)
+            while not stop.is_set():
+                with contextlib.suppress(BlockingIOError):
+                    writer.write(b"\n" * 65536)
+                time.sleep(0.001)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        began = time.process_time()
+        await asyncio.sleep(2.5)
+        spent = time.process_time() - began
+        stop.set()
+        thread.join()
+        writer.close()
+        log.close()
+        assert spent < 1.0, spent  # the reader's cost, not the flood's
+        return log.dropped_total, (tmp_path / "app.log").read_bytes()
+
+    heard: list[int] = []
+    dropped, written = asyncio.run(flood())
+    assert heard == [1]
+    assert dropped > 0
+    # a burst, 2.5 s at the rate, and what is left in the pipe at close (four reads at most)
+    assert written.count(b"\n") <= (64 << 10) * (1 + 3 + 4)
+    assert b"bytes of output dropped: over 65536 bytes a second]" in written
+
+
+def _cpu_s(desktop: RunningDesktop) -> float:
+    times = psutil.Process(desktop.process.pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def _latency(client: Any, count: int) -> list[float]:
+    spent = []
+    for _ in range(count):
+        began = time.monotonic()
+        _bump(client)
+        spent.append(time.monotonic() - began)
+    return sorted(spent)
+
+
+@pytest.mark.timeout(90)
+def test_an_output_flood_is_charged_to_the_app(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo", "flooder"])
+    client = desktop.client
+    client.execute("<context>open --application app_0; open --application app_1</context>")
+    quiet = _latency(client, 20)
+    _attack(client, "stdout", seconds=6)
+    cpu, began = _cpu_s(desktop), time.monotonic()
+    time.sleep(2)
+    spent = (_cpu_s(desktop) - cpu) / (time.monotonic() - began)
+    assert spent < 0.2, f"the supervisor spent {spent:.0%} CPU on the flood"
+    loud = _latency(client, 30)
+    assert loud[-2] < max(3 * quiet[-1], 0.2), (quiet, loud)
+    logs = _logs(client.snapshot())
+    assert "Flooder prints more than 64 KB a second" in logs
+
+
+@pytest.mark.timeout(90)
+def test_an_app_chattering_at_the_admitted_rate_keeps_others_reports(
+    start_desktop: Start,
+) -> None:
+    desktop = start_desktop(["crashy", "flooder"])
+    client = desktop.client
+    client.execute("<context>open --application app_0; open --application app_1</context>")
+    with pytest.raises(AotuiError):
+        client.execute({"app": "app_0", "view": "view_0", "operation": "die", "args": {"code": 3}})
+    wait_for(lambda: "Crashy crashed (exit 3)" in _logs(client.snapshot()), 10, "the report")
+    _attack(client, "log", seconds=7)
+    wait_for(lambda: "chatter 60" in _logs(client.snapshot()), 20, "the chatter")
+    logs = _logs(client.snapshot())
+    assert "Crashy crashed (exit 3); restarting." in logs
+    assert "Desktop initialized." in logs
+
+
+class _SlowHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        time.sleep(4)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.timeout(90)
+def test_slow_brokered_http_does_not_delay_another_apps_commit(start_desktop: Start) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowHandler)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        desktop = start_desktop(["echo", "flooder"], allow_private_http=True)
+        client = desktop.client
+        client.execute("<context>open --application app_0; open --application app_1</context>")
+        _attack(client, "http", f"http://127.0.0.1:{server.server_address[1]}/slow")
+        time.sleep(0.3)  # the requests are in the broker's threads now
+        slow = _latency(client, 5)  # each bump is committed durably before its ack
+        assert slow[-1] < 1.5, slow
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.timeout(60)
+def test_close_works_while_an_app_is_restarting(start_desktop: Start) -> None:
+    desktop = start_desktop(["crashy"], restart_backoff_s=4.0)
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    die = {"app": "app_0", "view": "view_0", "operation": "die", "args": {"code": 3}}
+    with pytest.raises(AotuiError):
+        client.execute(die)  # restarted at once
+    wait_for(lambda: _state(desktop, "app_0")["state"] == "running", 10, "the first restart")
+    with pytest.raises(AotuiError):
+        client.execute(die)  # now it waits out its back-off
+    wait_for(lambda: _state(desktop, "app_0")["state"] == "restarting", 5, "the back-off")
+    client.execute("<context>close --application app_0</context>")
+    assert _state(desktop, "app_0")["state"] == "not running"
+    time.sleep(4.5)
+    row = _state(desktop, "app_0")
+    assert row["state"] == "not running", row
+    assert row["pid"] is None
+    assert "closed (its restart was called off)" in _logs(client.snapshot())

@@ -1,0 +1,59 @@
+"""System Logs with a fair share per source, so one app cannot evict the others' reports.
+
+A plain bounded deque lets an app that logs at its admitted rate push every other app's crash
+report out within seconds. Here each entry has an owner — ``None`` for the desktop's own lines,
+an ``app_N`` for the supervisor's reports about that app, ``app_N:said`` for what the app itself
+logged — and no app owner keeps more than :attr:`SystemLog.share`; when the log is full, the
+oldest entry of the owner holding the most entries goes. A noisy app thus only ever evicts its
+own lines, and what it said never evicts what the supervisor reported about it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator
+
+__all__ = ["SystemLog", "said_by"]
+
+
+def said_by(app_id: str) -> str:
+    """The owner of the lines an app logged itself (as opposed to reports about it)."""
+    return f"{app_id}:said"
+
+
+class SystemLog:
+    """A bounded log of ``(timestamp, text)`` entries, iterated oldest first."""
+
+    def __init__(self, capacity: int, share: int | None = None) -> None:
+        self.capacity = max(capacity, 1)
+        #: Most entries one owner may hold.
+        self.share = share if share is not None else max(self.capacity // 5, 2)
+        self._owners: dict[str | None, deque[tuple[int, float, str]]] = {}
+        self._seq = itertools.count()
+        self._size = 0
+
+    def add(self, timestamp: float, text: str, owner: str | None = None) -> None:
+        """Append an entry for ``owner``, evicting by share and then by size."""
+        lines = self._owners.setdefault(owner, deque())
+        lines.append((next(self._seq), timestamp, text))
+        self._size += 1
+        if owner is not None and len(lines) > self.share:
+            lines.popleft()
+            self._size -= 1
+        while self._size > self.capacity:
+            # The owner holding the most entries gives up its oldest (ties: the older entry).
+            fullest = max(self._owners.values(), key=lambda d: (len(d), -d[0][0] if d else 0))
+            fullest.popleft()
+            self._size -= 1
+
+    def append(self, entry: tuple[float, str]) -> None:
+        """Add a desktop line (the ``deque`` interface)."""
+        self.add(entry[0], entry[1])
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[tuple[float, str]]:
+        entries = sorted(entry for lines in self._owners.values() for entry in lines)
+        return iter([(timestamp, text) for _seq, timestamp, text in entries])

@@ -1,0 +1,82 @@
+"""A hostile app: its operation ``attack --what X`` tries to starve the desktop (issue class D).
+
+``stdout``: writes empty lines as fast as its output pipe takes them; ``log``: logs at the
+admitted rate (10 lines a second) to push other apps' reports out of System Logs; ``http``: fills
+the broker with seven slow requests to ``--arg URL`` at once (raw ``HttpCall`` frames on its own
+channel, one fewer than the flood limit); ``crash``: exits, so that its manifest's restart
+policy (``max_restarts`` 1e8 in 0.001 s without back-off) would restart it without end.
+Each flood runs on a timer for ``--seconds`` (default 5) and the operation returns at once.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+import zmq
+
+from aotui.protocol import codec
+from aotui.protocol.messages import HttpCall
+from aotui.sandbox.sdk import App, OperationCall, Timer, View, operation
+
+NEWLINES = b"\n" * 65536
+
+
+class FlooderView(View):
+    def render(self) -> str:
+        return """<section view="Flooder"><p>Quiet for now.</p>
+<button operation="attack" args='{"what": "string", "arg?": "string", "seconds?": "number"}'>
+Attack</button></section>"""
+
+    @operation("attack")
+    def attack(self, call: OperationCall) -> str:
+        what = str(call.args["what"])
+        arg = str(call.args.get("arg") or "")
+        seconds = float(call.args.get("seconds") or 5)
+        app: FlooderApp = self.app  # type: ignore[assignment]
+        if what == "crash":
+            os._exit(3)
+        if what == "stdout":
+            app.every(0.001, seconds, lambda: os.write(1, NEWLINES))
+        elif what == "log":
+            counter = iter(range(10**9))
+            app.every(0.1, seconds, lambda: app.log(f"chatter {next(counter)}"))
+        elif what == "http":
+            sock = next(
+                obj
+                for obj in gc.get_objects()
+                if isinstance(obj, zmq.Socket) and not obj.closed and obj.socket_type == zmq.PAIR
+            )
+            for call_id in range(10**6, 10**6 + 7):
+                request = {"method": "GET", "url": arg, "headers": {}, "body": b""}
+                sock.send(codec.encode(HttpCall(call_id, request)))
+        else:
+            raise LookupError(f"no attack {what!r}")
+        return f"started {what}"
+
+
+class FlooderApp(App):
+    def __init__(self) -> None:
+        super().__init__()
+        self.timers: list[Timer] = []
+
+    def every(self, interval: float, seconds: float, callback: object) -> None:
+        """Run ``callback`` every ``interval`` seconds for ``seconds``."""
+        until = time.monotonic() + seconds
+
+        def tick() -> None:
+            if time.monotonic() > until:
+                for timer in self.timers:
+                    timer.cancel()
+                self.timers.clear()
+                return
+            callback()  # type: ignore[operator]
+
+        self.timers.append(self.call_every(interval, tick))
+
+    def roots(self) -> list[View]:
+        return [FlooderView("flooder")]
+
+
+app = FlooderApp()
