@@ -5,7 +5,8 @@
 - :mod:`supervisor.app_record` / :mod:`supervisor.view_tree` — one app's state machine and views.
 - :mod:`supervisor.snapshot` — assembling the Markdown snapshot from cached fragments.
 - :mod:`supervisor.registry`, :mod:`supervisor.lease`, :mod:`supervisor.throttle` — snapshot ids,
-  the input lease, signal throttling (all with an injectable clock).
+  the input lease, signal throttling (all with an injectable clock); :mod:`supervisor.stall` —
+  time the supervisor itself did not run.
 - :mod:`supervisor.launcher` / :mod:`supervisor.worker_handle` — starting workers, their channels.
 - :mod:`supervisor.manifest`, :mod:`supervisor.config`, :mod:`supervisor.paths` — validated inputs.
 - :mod:`supervisor.client` — ``Client``, the Python API; :mod:`supervisor.cli` — ``aotui``.

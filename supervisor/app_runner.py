@@ -49,6 +49,7 @@ from aotui.supervisor.http_broker import (
 )
 from aotui.supervisor.launcher import ZygoteLauncher
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
+from aotui.supervisor.stall import LoopClock
 from aotui.supervisor.system_log import said_by
 from aotui.supervisor.uids import UidAllocator
 from aotui.supervisor.view_tree import ViewTree
@@ -93,6 +94,8 @@ class AppRunner:
             config.watchdog_interval_s, config.cpu_window_s, config.cpu_strikes
         )
         self.closing = False
+        #: Time the supervisor's own loop did not run is nobody's silence (supervisor/stall.py).
+        self.loop_clock = LoopClock(on_stall=self._stalled)
         # As root each worker leases a uid of its own on this machine (see supervisor/uids.py).
         self.uids = UidAllocator() if os.geteuid() == 0 else None
         #: Per running app: its leased uid (root) and its private temporary directory.
@@ -126,6 +129,7 @@ class AppRunner:
         self._tasks = [
             loop.create_task(self._watch(), name="watchdog"),
             loop.create_task(self._heartbeat(), name="heartbeat"),
+            loop.create_task(self.loop_clock.run(), name="loop clock"),
         ]
 
     async def stop(self) -> None:
@@ -502,20 +506,28 @@ class AppRunner:
                     self.log(f"{app.name} over its {violation.reason} ({violation.detail}).")
                     self.kill(app, violation.reason)
 
+    def _stalled(self, lost_s: float) -> None:
+        if lost_s >= 2.0:  # shorter stalls are load; longer ones deserve a line
+            self.log(
+                f"The supervisor itself did not run for {lost_s:.1f} s (paused, suspended or "
+                f"starved); heartbeats and leases do not count that time."
+            )
+
     async def _heartbeat(self) -> None:
         seq = 0
         while True:
             await asyncio.sleep(self.config.heartbeat_s)
             seq += 1
-            now = time.monotonic()
             for app in self.apps():
                 worker = app.worker
                 if worker is None or not app.is_live:
                     continue
-                if now - worker.last_pong > self.config.heartbeat_timeout_s:
+                # Answers that waited in the socket while we were stopped are not silence.
+                lost = self.loop_clock.lost_since(worker.last_pong)
+                silent = time.monotonic() - worker.last_pong - lost
+                if silent > self.config.heartbeat_timeout_s:
                     self.log(
-                        f"{app.name} stopped answering heartbeats for "
-                        f"{now - worker.last_pong:.0f} s; killing it."
+                        f"{app.name} stopped answering heartbeats for {silent:.0f} s; killing it."
                     )
                     self.kill(app, "timeout")
                     continue

@@ -115,6 +115,8 @@ class Supervisor:
 
     async def _run(self, context: zmq.asyncio.Context) -> None:
         self.desktop = Desktop(self.config, self.paths, context, self.changed)
+        # A lease is not lost to time the supervisor itself was stopped (supervisor/stall.py).
+        self.lease.clock = self.desktop.runner.loop_clock
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)

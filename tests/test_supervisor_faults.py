@@ -1,0 +1,114 @@
+"""The supervisor survives its own faults: a pause, a dead zygote, lease tokens, restarts.
+
+Real supervisors, zygotes and workers, stopped and killed for real (SIGSTOP/SIGCONT, SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from aotui.supervisor.client import Client
+from aotui.supervisor.stall import LoopClock
+from tests.conftest import RunningDesktop
+from tests.test_supervisor_units import FakeClock
+
+Start = Callable[..., RunningDesktop]
+
+
+def echo_view(markdown: str, app_id: str) -> str:
+    block = markdown[markdown.index(f'<application id="{app_id}"') :]
+    match = re.search(r'<view id="(view_\d+)" name="Echo">', block)
+    assert match, block
+    return match.group(1)
+
+
+def bump(client: Client, app_id: str, markdown: str | None = None) -> Any:
+    view = echo_view(markdown or client.snapshot(), app_id)
+    return client.execute(f'<context app_id="{app_id}" view_id="{view}">execute bump</context>')
+
+
+def rows(client: Client) -> dict[str, dict[str, Any]]:
+    return {row["app"]: row for row in client.status()["apps"]}
+
+
+def system_logs(client: Client) -> str:
+    text = client.snapshot()
+    start = text.index('name="System Logs">')
+    return text[start : text.index("</view>", start)]
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """SIGSTOP ``pid`` for the block; SIGCONT even when the block fails."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+# --- the loop clock (injected time) ---------------------------------------------------------------
+
+
+def test_loop_clock_counts_only_time_the_loop_ran() -> None:
+    clock = FakeClock()
+    loop = LoopClock(tick_s=0.1, tolerance_s=1.0, clock=clock)
+    start = loop()
+    for _ in range(10):
+        clock.advance(0.1)
+        assert loop.tick() == 0.0
+    clock.advance(0.5)  # jitter: not a stall
+    assert loop.tick() == 0.0
+    before_pause = clock()
+    clock.advance(20.1)  # stopped for 20 s
+    assert loop.tick() == pytest.approx(20.0)
+    assert loop() - start == pytest.approx(1.6)
+    assert loop.lost_since(before_pause) == pytest.approx(20.0)
+    assert loop.lost_since(clock()) == 0.0  # a stamp after the stall owes it nothing
+
+
+# --- item 1: a paused supervisor ------------------------------------------------------------------
+
+
+def test_a_paused_supervisor_keeps_its_healthy_workers(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo", "lister"], heartbeat_s=0.2, heartbeat_timeout_s=2.0)
+    client = desktop.client
+    client.execute("<context>open --application app_0; open --application app_1</context>")
+    text = client.snapshot()
+    before = rows(client)
+    assert {row["state"] for row in before.values()} == {"running"}
+    late = desktop.new_client(timeout_s=20)
+    answers: list[Any] = []
+
+    def execute_while_paused() -> None:
+        try:
+            answers.append(bump(late, "app_0", text))
+        except Exception as exc:  # reported by the assertion below
+            answers.append(exc)
+
+    with stopped(desktop.process.pid):
+        sender = threading.Thread(target=execute_while_paused)
+        sender.start()
+        time.sleep(5.0)  # two and a half heartbeat timeouts
+    sender.join(15)
+    assert answers == [{"ran": 1, "results": [1]}]
+    time.sleep(1.0)  # five heartbeat rounds after the resume
+    after = rows(client)
+    for app_id, row in before.items():
+        assert after[app_id]["pid"] == row["pid"], after[app_id]
+        assert after[app_id]["restarts"] == 0
+        assert after[app_id]["last_exit"] is None
+        assert psutil.pid_exists(row["pid"])
+    logs = system_logs(client)
+    assert "stopped answering heartbeats" not in logs
+    assert "did not run for" in logs
