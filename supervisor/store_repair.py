@@ -103,10 +103,11 @@ def describe_store(path: Path) -> dict[str, Any]:
     holder = lock_holder(path)
     if holder is not None:
         # Its supervisor has the file open exclusively; what is in it is that process's to say.
+        identity = read_identity(path) or {}
         found: dict[str, Any] = {
             "health": StoreHealth.HELD,
             "problem": None,
-            "created": None,
+            "created": identity.get("created"),
             "last_used": None,
             "apps": None,
             "quarantined": 0,

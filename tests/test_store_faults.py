@@ -682,3 +682,5 @@ def test_wal_tail_damage_is_detected_and_reported(
     assert "may be lost" in logs
     assert again.client.status()["store"]["wal_damage"]
     assert list(path.parent.glob(f"{path.name}-wal.damaged-*")), "the damaged WAL was not kept"
+    # detected and reported, not undone: the damaged last commit is gone (49 of 50 kept)
+    assert bump(again, "app_0", 1) == 50
