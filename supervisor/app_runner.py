@@ -49,6 +49,7 @@ from aotui.supervisor.http_broker import (
 )
 from aotui.supervisor.launcher import ZygoteLauncher
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
+from aotui.supervisor.restart import RestartDecision, RestartPolicy, RestartTracker
 from aotui.supervisor.stall import LoopClock
 from aotui.supervisor.system_log import said_by
 from aotui.supervisor.uids import UidAllocator
@@ -69,6 +70,10 @@ _READABLE_CHECK_LIMIT = 2000
 _COPY_LIMIT_BYTES = 64 * 2**20
 #: Brokered HTTP requests one worker may have in flight; more is a flood.
 _MAX_HTTP_IN_FLIGHT = 8
+#: ``last_exit`` of a worker that died because the zygote did (not the app's fault).
+LAUNCHER_EXITED = "launcher exited"
+#: The zygote's own restarts: at once, then backing off to 5 s while it keeps dying.
+_ZYGOTE_POLICY = RestartPolicy(max_restarts=100, period_s=60.0, backoff_s=0.1, backoff_max_s=5.0)
 
 
 class AppRunner:
@@ -89,7 +94,8 @@ class AppRunner:
         self.apps = apps
         self.log = log
         self.on_change = on_change
-        self.launcher = ZygoteLauncher(self._exited, self._log_fd())
+        self.launcher = ZygoteLauncher(self._exited, self._log_fd(), self._zygote_died)
+        self._zygote_restarts = RestartTracker(_ZYGOTE_POLICY)
         self.watchdog = Watchdog(
             config.watchdog_interval_s, config.cpu_window_s, config.cpu_strikes
         )
@@ -463,12 +469,19 @@ class AppRunner:
             )
         if app.status in (AppStatus.STOPPING, AppStatus.STARTING) or self.closing:
             return
+        # At once, not after the discard: a command queued behind the one that just failed must
+        # not find a "running" app without a worker.
+        if app.is_live:
+            app.transition(AppStatus.RESTARTING)
         abnormal = bool(app.kill_reason or exited.reason) or exited.exit_code != 0
         asyncio.get_running_loop().create_task(self._ended(app, abnormal))
 
     async def _ended(self, app: AppRecord, abnormal: bool) -> None:
         """Apply the restart policy to a worker that ended on its own."""
-        decision = app.restart_tracker.decide(abnormal)
+        if app.last_exit == LAUNCHER_EXITED:
+            decision = RestartDecision(True)  # the zygote died, not the app: not counted
+        else:
+            decision = app.restart_tracker.decide(abnormal)
         mounted = app.views.mounted_keys()
         await self._discard(app)
         if app.status in (AppStatus.STOPPING, AppStatus.NOT_RUNNING):
@@ -494,6 +507,37 @@ class AppRunner:
             await self.open(app)
         except AotuiError as exc:
             self.log(f"{app.name} could not restart: {exc.message}", app.app_id)
+
+    # --- the zygote -----------------------------------------------------------------------------
+
+    def _zygote_died(self, pids: set[int], how: str) -> None:
+        """The zygote died and its workers with it: restart it, reopen its apps with their state."""
+        if self.closing:
+            return
+        decision = self._zygote_restarts.decide(abnormal=True)
+        delay = decision.delay_s if decision.restart else _ZYGOTE_POLICY.backoff_max_s
+        when = f"in {delay:.1f} s" if delay else "now"
+        self.log(
+            f"The worker launcher (zygote) exited ({how}); its {len(pids)} worker(s) died with "
+            f"it. It is restarted {when}, and its apps are reopened with their state."
+        )
+        for app in list(self.apps()):
+            worker = app.worker
+            if worker is not None and worker.pid is not None and worker.pid in pids:
+                app.kill_reason = LAUNCHER_EXITED
+                self._exited(Exited(worker.pid, None, signal.SIGKILL))
+        task = asyncio.get_running_loop().create_task(self._revive_zygote(delay))
+        self._tasks = [*(t for t in self._tasks if not t.done()), task]
+
+    async def _revive_zygote(self, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        while not self.closing:
+            try:
+                self.launcher.start()
+                return
+            except OSError as exc:
+                self.log(f"The worker launcher could not be restarted ({exc}); retrying in 5 s.")
+                await asyncio.sleep(_ZYGOTE_POLICY.backoff_max_s)
 
     # --- background loops -----------------------------------------------------------------------
 

@@ -3,6 +3,11 @@
 The zygote is started with ``subprocess`` (a fresh interpreter, so it holds no ZeroMQ context and no
 descriptor of ours but its end of a socketpair) from the supervisor's main thread, because
 ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it ends.
+
+The zygote is a supervised child: its end of the socketpair reads EOF the moment it dies, and its
+workers die with it (their ``PR_SET_PDEATHSIG``). The launcher then reaps it, makes sure those
+workers are gone, and tells ``on_gone`` which pids died; :meth:`ZygoteLauncher.start` starts a new
+one, and a launch asked for meanwhile waits for it.
 """
 
 from __future__ import annotations
@@ -52,9 +57,17 @@ def prestart(log: IO[bytes] | int | None = None) -> None:
 class ZygoteLauncher:
     """Owns the zygote process and the launch conversation with it."""
 
-    def __init__(self, on_exit: Callable[[Exited], None], log: IO[bytes] | int | None = None):
+    def __init__(
+        self,
+        on_exit: Callable[[Exited], None],
+        log: IO[bytes] | int | None = None,
+        on_gone: Callable[[set[int], str], None] | None = None,
+    ):
         self.on_exit = on_exit
         self.log = log
+        #: Told the pids of the workers that died with the zygote, and how the zygote ended.
+        self.on_gone = on_gone
+        self._ready: asyncio.Event | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self.reader = FrameReader()
@@ -70,9 +83,18 @@ class ZygoteLauncher:
         else:
             self.process, ours = _spawn(self.log)
         _prestarted = None
+        self.reader = FrameReader()
         ours.setblocking(False)
         self.sock = ours
         asyncio.get_running_loop().add_reader(ours.fileno(), self._readable)
+        self.ready.set()
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set while a zygote is there to ask for workers."""
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        return self._ready
 
     def _readable(self) -> None:
         assert self.sock is not None
@@ -103,13 +125,33 @@ class ZygoteLauncher:
             self.on_exit(message)
 
     def _zygote_gone(self) -> None:
+        self.ready.clear()
         if self.sock is not None:
             asyncio.get_running_loop().remove_reader(self.sock.fileno())
-        error = AotuiError(ErrorCode.E_INTERNAL, "the worker launcher (zygote) exited")
+            self.sock.close()
+            self.sock = None
+        how = "closed its socket"
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()  # a zygote that hung up on us is no use alive
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=1.0)  # it is dying or dead: a zombie, at once
+            how = _describe_status(self.process.returncode)
+            self.process = None
+        error = AotuiError(
+            ErrorCode.E_TIMEOUT,
+            f"the worker launcher (zygote) exited ({how}) and is being restarted; retry",
+        )
         for future in self.pending.values():
             if not future.done():
                 future.set_exception(error)
         self.pending.clear()
+        # Its workers die with it (PR_SET_PDEATHSIG); a group that outlived it is killed here.
+        dead = set(self.pids)
+        self.kill_workers()
+        self.pids.clear()
+        if self.on_gone is not None:
+            self.on_gone(dead, how)
 
     async def launch(
         self,
@@ -123,7 +165,14 @@ class ZygoteLauncher:
     ) -> int:
         """Fork a worker on the listening socket ``channel_fd``, its stdout/stderr to ``log_fd``."""
         if self.sock is None:
-            raise AotuiError(ErrorCode.E_INTERNAL, "the worker launcher is not started")
+            # Between a dead zygote and its successor: wait for the new one.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), 10.0)
+        if self.sock is None:
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT,
+                "the worker launcher (zygote) did not come back within 10 s; retry",
+            )
         token = next(self.tokens)
         future: asyncio.Future[Launched] = asyncio.get_running_loop().create_future()
         self.pending[token] = future
@@ -155,6 +204,7 @@ class ZygoteLauncher:
 
     def stop(self) -> None:
         """Kill the workers and the zygote, and wait for the zygote."""
+        self.on_gone = None
         self.kill_workers()
         if self.sock is not None:
             with contextlib.suppress(RuntimeError):
@@ -166,3 +216,11 @@ class ZygoteLauncher:
                 self.process.kill()
             self.process.wait(timeout=5)
             self.process = None
+
+
+def _describe_status(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        return f"signal {-returncode}"
+    return f"exit {returncode}"

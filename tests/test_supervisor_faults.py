@@ -19,7 +19,7 @@ import pytest
 
 from aotui.supervisor.client import Client
 from aotui.supervisor.stall import LoopClock
-from tests.conftest import RunningDesktop
+from tests.conftest import RunningDesktop, wait_for
 from tests.test_supervisor_units import FakeClock
 
 Start = Callable[..., RunningDesktop]
@@ -112,3 +112,58 @@ def test_a_paused_supervisor_keeps_its_healthy_workers(start_desktop: Start) -> 
     logs = system_logs(client)
     assert "stopped answering heartbeats" not in logs
     assert "did not run for" in logs
+
+
+# --- item 2: a killed zygote ----------------------------------------------------------------------
+
+
+def zygote_of(desktop: RunningDesktop) -> psutil.Process:
+    for child in psutil.Process(desktop.process.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "aotui.sandbox.zygote" in " ".join(child.cmdline()):
+                return child
+    raise AssertionError("no zygote below the supervisor")
+
+
+def alive(pid: int | None) -> bool:
+    try:
+        return pid is not None and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_killed_zygote_is_restarted_and_its_apps_reopened(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo", "lister"])
+    client = desktop.client
+    client.execute("<context>open --application app_0; open --application app_1</context>")
+    bump(client, "app_0")
+    assert bump(client, "app_0") == {"ran": 1, "results": [2]}
+    before = rows(client)
+    zygote = zygote_of(desktop)
+    zygote.kill()
+    zygote.wait(5)
+
+    def back() -> bool:
+        now = rows(client)
+        for app_id, row in now.items():
+            if row["state"] == "running":
+                # A running app never shows a dead pid.
+                assert alive(row["pid"]), row
+                assert row["pid"] != before[app_id]["pid"], row
+        return all(row["state"] == "running" for row in now.values())
+
+    wait_for(back, 10, "both apps running again")
+    assert zygote_of(desktop).pid != zygote.pid
+    after = rows(client)
+    for row in after.values():
+        assert row["last_exit"] == "launcher exited"
+        assert row["restarts"] == 1
+    assert bump(client, "app_0") == {"ran": 1, "results": [3]}  # reopened with its state
+    logs = system_logs(client)
+    assert "The worker launcher (zygote) exited (signal 9)" in logs
+    assert "stopped answering heartbeats" not in logs
+    # A second kill is survived too (with back-off, and not counted against the apps).
+    zygote_of(desktop).kill()
+    wait_for(lambda: all(r["restarts"] == 2 for r in rows(client).values()), 10, "restarted")
+    wait_for(lambda: all(r["state"] == "running" for r in rows(client).values()), 10, "running")
+    assert bump(client, "app_0") == {"ran": 1, "results": [4]}
