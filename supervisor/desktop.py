@@ -23,6 +23,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import (
     Ack,
     Dismount,
+    Message,
     Mount,
     Operation,
     ViewFragment,
@@ -498,13 +499,10 @@ class Desktop:
             (app.views.hidden.add if action is Action.HIDE_VIEW else app.views.hidden.discard)(key)
             self.on_change("dom_mutation")
             return
-        worker = app.worker
-        assert worker is not None
-        timeout = self.config.operation_timeout_ms / 1000
         if action is Action.MOUNT_VIEW:
-            await worker.request(lambda rid: Mount(rid, key), timeout, f"mount {view_id}")
+            await self.deliver(app, lambda rid: Mount(rid, key), f"mount {view_id}")
         else:
-            await worker.request(lambda rid: Dismount(rid, key), timeout, f"dismount {view_id}")
+            await self.deliver(app, lambda rid: Dismount(rid, key), f"dismount {view_id}")
             app.views.hidden.discard(key)
         app.log_operation(f"{action.value.split('_')[0]} {view_id}: ok")
 
@@ -523,11 +521,10 @@ class Desktop:
             )
         seen = (refs or {}).get((app.app_id, view_id), fragment)
         coerced = coerce_args(parse_arg_schema(spec.args), command.args, _resolver(seen, view_id))
-        worker = app.worker
-        assert worker is not None
-        timeout = self.config.operation_timeout_ms / 1000
+        what = f"execute {command.target}"
         try:
-            reply = await worker.request(
+            result = await self.deliver(
+                app,
                 lambda rid: Operation(
                     rid,
                     fragment.key,
@@ -536,28 +533,45 @@ class Desktop:
                     coerced.stable_keys,
                     self.config.operation_timeout_ms,
                 ),
-                timeout,
-                f"execute {command.target}",
+                what,
             )
         except AotuiError as exc:
-            if exc.code is ErrorCode.E_TIMEOUT:
-                exc = await self._abandon(app, command.target, exc)
-            elif exc.data.get("outcome") == "not applied" and exc.code is ErrorCode.E_APP_ERROR:
-                # The worker ran it but cannot acknowledge it: its memory holds an effect that
-                # must not survive. (A worker that lies here only gets itself restarted.)
-                await self._stop_worker(app, "unacknowledged effect")
-            app.log_operation(f"execute {command.target}: {exc.code.value} {exc.message}")
+            app.log_operation(f"{what}: {exc.code.value} {exc.message}")
             if exc.code is ErrorCode.E_PERMISSION:
                 # Reported by the trusted side, whatever the worker itself logs or floods.
                 self.log(f"{app.name}: {exc.message} (in operation {command.target})")
-            raise exc from None
-        assert isinstance(reply, Ack)
+            raise
+        app.log_operation(f"{what}: ok")
+        return result
+
+    async def deliver(self, app: AppRecord, build: Callable[[int], Message], what: str) -> Any:
+        """Send one request to ``app``'s worker; returns its result once its effect is stored.
+
+        CONTRACT §6: an error means it took no effect. A timeout stops the worker before the
+        reply (the request can never land later); a worker that ran it but cannot acknowledge
+        it, and a result the store cannot record, restart the app from its stored state.
+        """
+        worker = app.worker
+        assert worker is not None
+        try:
+            reply = await worker.request(build, self.config.operation_timeout_ms / 1000, what)
+        except AotuiError as exc:
+            if exc.code is ErrorCode.E_TIMEOUT:
+                raise await self._abandon(app, what, exc) from None
+            if exc.data.get("outcome") == "not applied" and exc.code is ErrorCode.E_APP_ERROR:
+                # The worker ran it but cannot acknowledge it: its memory holds an effect that
+                # must not survive. (A worker that lies here only gets itself restarted.)
+                await self._stop_worker(app, "unacknowledged effect")
+            raise
+        if not isinstance(reply, Ack):
+            raise AotuiError(
+                ErrorCode.E_APP_ERROR, f"{app.app_id} answered {what} with a {reply.KIND} frame"
+            )
         if reply.state is not None and reply.state != app.saved_state:
             try:
                 await self._commit(app, reply.state)  # the ack waits for this (durability "ack")
             except StoreIOError as exc:
-                raise await self._undo(app, command.target, exc) from None
-        app.log_operation(f"execute {command.target}: ok")
+                raise await self._undo(app, what, exc) from None
         return reply.result
 
     async def _stop_worker(self, app: AppRecord, reason: str) -> None:
