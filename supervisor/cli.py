@@ -29,7 +29,7 @@ from aotui.supervisor.reports import format_desktops, format_doctor, format_stat
 from aotui.supervisor.store import DesktopStore, identity_path
 from aotui.supervisor.store_faults import StoreHeld
 from aotui.supervisor.store_lock import StoreLock, lock_holder
-from aotui.supervisor.store_repair import aside, describe_store, repair
+from aotui.supervisor.store_repair import aside, describe_store, repair, stored_desktops
 
 __all__ = ["main"]
 
@@ -156,7 +156,9 @@ def _check_data_home(desktop: str) -> None:
 
 def cmd_desktops(args: argparse.Namespace) -> int:
     """The stored desktops: created, last used, size, running or not; ``--repair NAME``."""
-    if args.repair and not store_path(args.repair).is_file():
+    if args.repair and not (
+        store_path(args.repair).is_file() or identity_path(store_path(args.repair)).exists()
+    ):
         # Repairing a name that was never a desktop must not create one.
         raise AotuiError(
             ErrorCode.E_NOT_FOUND,
@@ -168,14 +170,15 @@ def cmd_desktops(args: argparse.Namespace) -> int:
         text = (
             f"repaired {result['path']}: salvaged {result['salvaged_apps']} app(s) "
             f"({result['quarantined_apps']} quarantined: damaged rows kept as they are); "
-            f"the damaged file is kept as {result['kept']} ({result['detail']})"
+            f"the damaged file is kept as {result['kept'] or '(there was no file)'} "
+            f"({result['detail']})"
             if result["repaired"]
             else f"{result['path']}: {result['detail']}"
         )
         _emit(args, result, text)
         return 0
     folder = data_home() / "desktops"
-    rows = [describe_store(path) for path in sorted(folder.glob("*.db"))]
+    rows = [describe_store(path) for path in stored_desktops(folder)]
     for row in rows:
         with Client(row["desktop"], args.socket) as probe:
             try:

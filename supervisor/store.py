@@ -319,10 +319,6 @@ class DesktopStore:
             )
         return start
 
-    def probe(self) -> None:
-        """One small durable write: raises :class:`StoreIOError` while the disk refuses it."""
-        self._set_meta({"probed": repr(time.time())})
-
     def remember_identity(self, state: DesktopState) -> None:
         """Record that this desktop exists (once), so a lost store is never taken for a new one."""
         target = identity_path(self.path)

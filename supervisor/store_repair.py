@@ -29,7 +29,14 @@ from aotui.supervisor.store_faults import (
 from aotui.supervisor.store_lock import lock_holder
 from aotui.supervisor.wal_check import tail_damage
 
-__all__ = ["aside", "describe_store", "repair"]
+__all__ = ["aside", "describe_store", "repair", "stored_desktops"]
+
+
+def stored_desktops(folder: Path) -> list[Path]:
+    """The store of every desktop in ``folder``: each ``NAME.db``, and each desktop whose
+    ``NAME.identity`` says it existed although its file is gone."""
+    names = {p.stem for p in folder.glob("*.db")} | {p.stem for p in folder.glob("*.identity")}
+    return [folder / f"{name}.db" for name in sorted(names)]
 
 
 def aside(path: Path, identity: bool = True) -> Path:
@@ -151,6 +158,7 @@ def repair(path: Path) -> dict[str, Any]:
         raise StoreIOError(path, "checked", f"{found['problem']}; nothing was moved")
     if health is StoreHealth.HELD:
         raise StoreHeld(path, None)
+    had_file = path.exists()
     damaged = aside(path, identity=False)
     meta, apps = _salvage(damaged)
     quarantined = sum(read_row(*row[2:5])[0] is None for row in apps)
@@ -158,7 +166,7 @@ def repair(path: Path) -> dict[str, Any]:
     return {
         "path": str(path),
         "repaired": True,
-        "kept": str(damaged),
+        "kept": str(damaged) if had_file else None,
         "salvaged_apps": len(apps),
         "quarantined_apps": quarantined,
         "detail": found["problem"],

@@ -375,6 +375,7 @@ def test_empty_or_missing_store_of_an_existing_desktop_is_damage(
     assert up.returncode == 70, up.stderr
     assert "the file is missing, but this desktop existed" in up.stderr
     assert not path.exists()
+    assert "DAMAGED: the file is missing" in cli(private_home, "desktops").stdout
     fresh = cli(private_home, *up_args, "--detach", "--fresh")
     assert fresh.returncode == 0, fresh.stderr  # the way out still works
     cli(private_home, "down", "--desktop", desktop.name, "--socket", str(tmp_path / "run2"))
