@@ -12,8 +12,27 @@
   (``python -m aotui.sandbox.probe``). See ``docs/sandbox.md``.
 """
 
-from aotui.sandbox.render import RenderedView, ViewLink, render_view
-from aotui.sandbox.sdk import App, OperationCall, Timer, View, operation
+# Exports load on first use (PEP 562): `aotui status` and every worker import one submodule, not the
+# whole room, so a command's start-up pays only for what it runs.
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aotui.sandbox.render import RenderedView, ViewLink, render_view
+    from aotui.sandbox.sdk import App, OperationCall, Timer, View, operation
+
+_EXPORTS = {
+    "RenderedView": "aotui.sandbox.render",
+    "ViewLink": "aotui.sandbox.render",
+    "render_view": "aotui.sandbox.render",
+    "App": "aotui.sandbox.sdk",
+    "OperationCall": "aotui.sandbox.sdk",
+    "Timer": "aotui.sandbox.sdk",
+    "View": "aotui.sandbox.sdk",
+    "operation": "aotui.sandbox.sdk",
+}
 
 __all__ = [
     "App",
@@ -25,3 +44,16 @@ __all__ = [
     "operation",
     "render_view",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -12,9 +12,26 @@
 - :mod:`supervisor.client` — ``Client``, the Python API; :mod:`supervisor.cli` — ``aotui``.
 """
 
-from aotui.supervisor.client import Client, DesktopUnavailable
-from aotui.supervisor.config import DesktopConfig, load_config
-from aotui.supervisor.manifest import Manifest, load_manifest
+# Exports load on first use (PEP 562): `aotui status` and every worker import one submodule, not the
+# whole room, so a command's start-up pays only for what it runs.
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aotui.supervisor.client import Client, DesktopUnavailable
+    from aotui.supervisor.config import DesktopConfig, load_config
+    from aotui.supervisor.manifest import Manifest, load_manifest
+
+_EXPORTS = {
+    "Client": "aotui.supervisor.client",
+    "DesktopUnavailable": "aotui.supervisor.client",
+    "DesktopConfig": "aotui.supervisor.config",
+    "load_config": "aotui.supervisor.config",
+    "Manifest": "aotui.supervisor.manifest",
+    "load_manifest": "aotui.supervisor.manifest",
+}
 
 __all__ = [
     "Client",
@@ -24,3 +41,16 @@ __all__ = [
     "load_config",
     "load_manifest",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
