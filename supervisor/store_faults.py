@@ -24,7 +24,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 __all__ = ["StoreCorrupt", "StoreHealth", "StoreHeld", "StoreIOError", "from_sqlite"]
 
 # SQLite primary result codes (https://sqlite.org/rescode.html).
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 5, 6
 _SQLITE_CORRUPT, _SQLITE_FORMAT, _SQLITE_NOTADB = 11, 24, 26
 _DAMAGE = {_SQLITE_CORRUPT, _SQLITE_FORMAT, _SQLITE_NOTADB}
 
@@ -92,6 +92,8 @@ def from_sqlite(path: Path, exc: sqlite3.Error, doing: str) -> AotuiError:
     primary = code & 0xFF if isinstance(code, int) else None
     if primary in _DAMAGE:
         return StoreCorrupt(path, str(exc))
+    if primary == _SQLITE_ERROR and str(exc).startswith(("no such table", "no such column")):
+        return StoreCorrupt(path, f"its tables are not aotui's ({exc})")
     if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
         return StoreHeld(path, None)
     return StoreIOError(path, doing, str(exc))

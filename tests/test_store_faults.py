@@ -26,6 +26,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.client import Client, DesktopUnavailable
 from aotui.supervisor.registry import SnapshotRegistry
 from aotui.supervisor.store import DesktopStore
+from aotui.supervisor.store_faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for, write_config
 
 Start = Callable[..., RunningDesktop]
@@ -690,3 +691,39 @@ def test_wal_tail_damage_is_detected_and_reported(
     assert list(path.parent.glob(f"{path.name}-wal.damaged-*")), "the damaged WAL was not kept"
     # detected and reported, not undone: the damaged last commit is gone (49 of 50 kept)
     assert bump(again, "app_0", 1) == 50
+
+
+# --- the mapping of SQLite's result codes is complete: only damage is damage ------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        (11, StoreCorrupt),  # SQLITE_CORRUPT
+        (26, StoreCorrupt),  # SQLITE_NOTADB
+        (24, StoreCorrupt),  # SQLITE_FORMAT
+        (5, StoreHeld),  # SQLITE_BUSY
+        (6, StoreHeld),  # SQLITE_LOCKED
+        (10, StoreIOError),  # SQLITE_IOERR
+        (778, StoreIOError),  # SQLITE_IOERR_WRITE
+        (13, StoreIOError),  # SQLITE_FULL
+        (14, StoreIOError),  # SQLITE_CANTOPEN
+        (8, StoreIOError),  # SQLITE_READONLY
+        (3, StoreIOError),  # SQLITE_PERM
+        (7, StoreIOError),  # SQLITE_NOMEM
+        (None, StoreIOError),  # no code at all: never called damage
+        (1, StoreIOError),  # SQLITE_ERROR, generic
+        ((1, "no such table: meta"), StoreCorrupt),  # a file without our tables
+    ],
+)
+def test_sqlite_errors_map_to_damage_only_when_the_content_is_damaged(
+    tmp_path: Path, code: int | tuple[int, str] | None, kind: type
+) -> None:
+    code, text = code if isinstance(code, tuple) else (code, "boom")
+    error = sqlite3.OperationalError(text)
+    if code is not None:
+        error.sqlite_errorcode = code
+    mapped = from_sqlite(tmp_path / "d.db", error, "written")
+    assert type(mapped) is kind
+    expected = {StoreCorrupt: "E_INTERNAL", StoreHeld: "E_LOCKED", StoreIOError: "E_IO"}[kind]
+    assert mapped.code.value == expected
