@@ -10,6 +10,13 @@ resolve against what the agent read. The agent never sees the id.
         client.execute('<context>open --application app_2</context>')
 
 A client is not thread-safe; use one per thread (the lease heartbeat thread has its own socket).
+
+The input lease (CONTRACT §6): :meth:`Client.acquire` keeps the token the desktop returns and
+presents it with every execute, heartbeat and release. The heartbeat thread outlives errors: a
+desktop that does not answer (paused, busy) is asked again; a lease found lost is acquired again
+with a new token; only when another client holds it by then does the thread stop, and the next
+:meth:`Client.execute` raises ``E_LOCKED`` saying the lease was lost (also in
+:attr:`Client.lease_error`).
 """
 
 from __future__ import annotations
@@ -62,6 +69,10 @@ class Client:
         self._heartbeat: threading.Thread | None = None
         self._heartbeat_stop = threading.Event()
         self._holds_lease = False
+        #: The token of the input lease this client holds (set by :meth:`acquire`).
+        self.lease_token: str | None = None
+        #: Why the lease this client held was lost for good, once the heartbeat found out.
+        self.lease_error: AotuiError | None = None
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -163,9 +174,13 @@ class Client:
 
     def execute(self, command: str | dict[str, Any], snapshot_id: str | None = None) -> Any:
         """Run an agent message (text with ``<context>`` blocks) or one structured command."""
+        if self.lease_error is not None:
+            raise self.lease_error
         params: dict[str, Any] = {"snapshot_id": snapshot_id or self.snapshot_id}
         if self.owner is not None:
             params["owner"] = self.owner
+        if self.lease_token is not None:
+            params["token"] = self.lease_token
         if isinstance(command, str):
             params["text"] = command
         else:
@@ -175,9 +190,13 @@ class Client:
     def acquire(self, owner: str | None = None, heartbeat: bool = True) -> float:
         """Take the input lease (renewed by a background heartbeat until :meth:`release`)."""
         self.owner = owner or self.owner or f"client-{os.getpid()}"
-        lease_s: float = self.call("acquire", owner=self.owner)["lease_s"]
+        held = self.lease_token if self._holds_lease else None
+        granted = self.call("acquire", owner=self.owner, token=held)
+        lease_s: float = granted["lease_s"]
+        self.lease_token = granted["token"]
+        self.lease_error = None
         self._holds_lease = True
-        if heartbeat and self._heartbeat is None:
+        if heartbeat and (self._heartbeat is None or not self._heartbeat.is_alive()):
             self._heartbeat_stop.clear()
             self._heartbeat = threading.Thread(
                 target=self._beat, args=(lease_s / 3,), name="aotui-lease", daemon=True
@@ -187,14 +206,38 @@ class Client:
 
     def _beat(self, interval: float) -> None:
         beat = Client(self.paths.root.name, str(self.paths.root.parent), timeout_s=5.0)
+        wait = interval
         try:
-            while not self._heartbeat_stop.wait(interval):
+            while not self._heartbeat_stop.wait(wait):
+                wait = interval
                 try:
-                    beat.call("heartbeat", owner=self.owner)
-                except AotuiError:
-                    return
+                    beat.call("heartbeat", token=self.lease_token)
+                except AotuiError as exc:
+                    if exc.code is not ErrorCode.E_LOCKED:
+                        wait = min(interval, 1.0)  # paused or busy: ask again soon
+                        continue
+                    if not self._reacquire(beat, exc):
+                        return
         finally:
             beat.close()
+
+    def _reacquire(self, beat: Client, lost: AotuiError) -> bool:
+        """The lease was lost (it expired): take it again, or record why not."""
+        try:
+            granted = beat.call("acquire", owner=self.owner)
+        except AotuiError as exc:
+            if exc.code is not ErrorCode.E_LOCKED:
+                return True  # the desktop did not answer: the next beat tries again
+            self.lease_error = AotuiError(
+                ErrorCode.E_LOCKED,
+                f"this client lost the input lease of {self.owner!r} ({lost.message}) and "
+                f"could not take it again: {exc.message}. Call acquire() to wait for it.",
+                exc.data,
+            )
+            self._holds_lease = False
+            return False
+        self.lease_token = granted["token"]
+        return True
 
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
@@ -205,9 +248,11 @@ class Client:
     def release(self, timeout_s: float | None = None) -> None:
         """Give the input lease up (also done by :meth:`close` and leaving a ``with`` block)."""
         self._stop_heartbeat()
-        self._holds_lease = False
-        if self.owner is not None:
-            self.call("release", timeout_s=timeout_s, owner=self.owner)
+        held, self._holds_lease = self._holds_lease, False
+        token, self.lease_token = self.lease_token, None
+        self.lease_error = None
+        if held and token is not None:
+            self.call("release", timeout_s=timeout_s, token=token)
 
     def status(self) -> dict[str, Any]:
         """Supervisor and per-app status (CONTRACT §8)."""

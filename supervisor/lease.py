@@ -1,17 +1,34 @@
 """The input lease: single-writer input with an expiring owner (CONTRACT §6).
 
-``acquire(owner)`` takes or renews the lease; a second owner gets ``E_LOCKED`` until the holder
-releases it or stops heartbeating for ``lease_s``. Nobody holding it means anyone may execute.
+``acquire(owner)`` takes the lease and returns a secret **token**; ``execute``, ``heartbeat`` and
+``release`` present it. The owner's name is for people (status, error messages) and proves
+nothing: a second client calling itself by the holder's name gets ``E_LOCKED`` like anyone else.
+The holder renews with ``heartbeat(token)`` (or ``acquire(owner, token)``); a lease not renewed
+for ``lease_s`` expires, so a dead client cannot hold a desktop forever. Nobody holding it means
+anyone may execute.
 """
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import time
+from dataclasses import dataclass
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.registry import Clock
 
-__all__ = ["InputLease"]
+__all__ = ["InputLease", "LeaseGrant"]
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    """What ``acquire`` gives the holder."""
+
+    #: The secret to present with ``execute``, ``heartbeat`` and ``release``.
+    token: str
+    #: Seconds until the lease expires without a heartbeat.
+    lease_s: float
 
 
 class InputLease:
@@ -21,54 +38,75 @@ class InputLease:
         self.lease_s = lease_s
         self.clock = clock
         self._owner: str | None = None
+        self._token = ""
         self._expires = 0.0
 
     @property
     def owner(self) -> str | None:
-        """The current holder, or ``None`` when free or expired."""
+        """The current holder's name, or ``None`` when free or expired."""
         if self._owner is not None and self.clock() >= self._expires:
             self._owner = None
+            self._token = ""
         return self._owner
 
-    def acquire(self, owner: str) -> float:
-        """Take (or renew) the lease for ``owner``; returns seconds until it expires."""
+    def _holds(self, token: str | None) -> bool:
+        return bool(token) and hmac.compare_digest(str(token), self._token)
+
+    def _locked(self, holder: str, what: str) -> AotuiError:
+        return AotuiError(
+            ErrorCode.E_LOCKED,
+            f"input is held by {holder!r} for up to {self._expires - self.clock():.0f} s more; "
+            f"{what}",
+            {"owner": holder},
+        )
+
+    def acquire(self, owner: str, token: str | None = None) -> LeaseGrant:
+        """Take the lease for ``owner``, or renew it when ``token`` is the holder's."""
         if not owner:
             raise AotuiError(ErrorCode.E_INVALID_CMD, "acquire needs a non-empty owner name")
         holder = self.owner
-        if holder is not None and holder != owner:
+        if holder is not None and not self._holds(token):
+            if holder == owner:
+                raise self._locked(
+                    holder,
+                    "a request using that name without the lease's token does not hold it; "
+                    "present the token acquire returned, or wait and retry",
+                )
+            raise self._locked(holder, "wait and retry")
+        if holder is None:
+            self._token = secrets.token_urlsafe(24)
+        self._owner = owner
+        self._expires = self.clock() + self.lease_s
+        return LeaseGrant(self._token, self.lease_s)
+
+    def heartbeat(self, token: str | None) -> float:
+        """Renew the lease ``token`` holds; ``E_LOCKED`` if it does not (expired or taken)."""
+        holder = self.owner
+        if holder is None or not self._holds(token):
             raise AotuiError(
                 ErrorCode.E_LOCKED,
-                f"input is held by {holder!r} for up to {self._expires - self.clock():.0f} s more;"
-                " wait and retry",
+                "this lease token does not hold the input lease (it expired, was released or "
+                "was never issued); acquire it again",
                 {"owner": holder},
             )
-        self._owner = owner
         self._expires = self.clock() + self.lease_s
         return self.lease_s
 
-    def heartbeat(self, owner: str) -> float:
-        """Renew ``owner``'s lease; ``E_LOCKED`` if it lost it."""
-        if self.owner != owner:
-            raise AotuiError(
-                ErrorCode.E_LOCKED, f"{owner!r} does not hold the input lease; acquire it again"
-            )
-        return self.acquire(owner)
-
-    def release(self, owner: str) -> None:
-        """Give the lease up; releasing a lease one does not hold is ``E_LOCKED``."""
+    def release(self, token: str | None) -> None:
+        """Give the lease up; a token that does not hold it gets ``E_LOCKED``."""
         holder = self.owner
         if holder is None:
             return
-        if holder != owner:
-            raise AotuiError(ErrorCode.E_LOCKED, f"the input lease is held by {holder!r}")
+        if not self._holds(token):
+            raise self._locked(holder, "only the holder's token releases it")
         self._owner = None
+        self._token = ""
 
-    def check(self, owner: str | None) -> None:
-        """Allow an execute by ``owner``: the holder, or anyone while nobody holds the lease."""
+    def check(self, token: str | None) -> None:
+        """Allow an execute presenting ``token``: the holder's, or anything while nobody holds."""
         holder = self.owner
-        if holder is not None and holder != owner:
-            raise AotuiError(
-                ErrorCode.E_LOCKED,
-                f"input is held by {holder!r}; acquire the lease before executing",
-                {"owner": holder},
+        if holder is not None and not self._holds(token):
+            what = "this request presented a wrong lease token" if token else "no lease token"
+            raise self._locked(
+                holder, f"{what} was presented; acquire the lease (and present its token)"
             )

@@ -231,26 +231,29 @@ class Supervisor:
         self.desktop.registry.release(_text(params, "snapshot_id"))
 
     async def acquire(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Take the input lease."""
-        return {"lease_s": self.lease.acquire(_text(params, "owner"))}
+        """Take the input lease (or renew it, presenting its ``token``); returns the token."""
+        owner = _text(params, "owner")
+        grant = self.lease.acquire(owner, _token(params))
+        return {"lease_s": grant.lease_s, "token": grant.token, "owner": owner}
 
     async def heartbeat(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Renew the input lease."""
-        return {"lease_s": self.lease.heartbeat(_text(params, "owner"))}
+        """Renew the input lease whose ``token`` is presented."""
+        return {"lease_s": self.lease.heartbeat(_token(params))}
 
     async def release(self, params: dict[str, Any]) -> None:
-        """Give the input lease up."""
-        self.lease.release(_text(params, "owner"))
+        """Give the input lease up (presenting its ``token``)."""
+        self.lease.release(_token(params))
 
     async def execute(self, params: dict[str, Any]) -> dict[str, Any]:
         """Run an agent message (``text``) or one structured ``command``, in order."""
-        owner = params.get("owner")
-        self.lease.check(owner if isinstance(owner, str) else None)
+        _optional_text(params, "owner")  # a name proves nothing, but a wrong type is refused
+        requested_id = _optional_text(params, "snapshot_id")
+        self.lease.check(_token(params))
         if "command" in params:
             commands = [Command.from_structured(params["command"])]
         else:
             commands = parse_commands(_text(params, "text"))
-        snapshot_id = params.get("snapshot_id") or commands[0].snapshot_id
+        snapshot_id = requested_id or commands[0].snapshot_id
         refs: RefTable | None = None
         if isinstance(snapshot_id, str):
             refs = self.desktop.registry.get(snapshot_id)
@@ -365,6 +368,21 @@ def _text(params: dict[str, Any], name: str) -> str:
     if not isinstance(value, str) or not value:
         raise AotuiError(ErrorCode.E_INVALID_CMD, f"parameter {name!r} must be a non-empty string")
     return value
+
+
+def _optional_text(params: dict[str, Any], name: str) -> str | None:
+    value = params.get(name)
+    if value is not None and not isinstance(value, str):
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"parameter {name!r} must be a string, not {type(value).__name__}",
+        )
+    return value or None
+
+
+def _token(params: dict[str, Any]) -> str | None:
+    """The input-lease token a request presents (CONTRACT §6), if any."""
+    return _optional_text(params, "token")
 
 
 def _describe(command: Command) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.client import Client
 from aotui.supervisor.stall import LoopClock
 from tests.conftest import RunningDesktop, wait_for
@@ -167,3 +168,97 @@ def test_a_killed_zygote_is_restarted_and_its_apps_reopened(start_desktop: Start
     wait_for(lambda: all(r["restarts"] == 2 for r in rows(client).values()), 10, "restarted")
     wait_for(lambda: all(r["state"] == "running" for r in rows(client).values()), 10, "running")
     assert bump(client, "app_0") == {"ran": 1, "results": [4]}
+
+
+# --- item 9: the input lease is a token, not a name -----------------------------------------------
+
+
+def test_the_lease_owner_name_proves_nothing(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"])
+    alice = desktop.new_client(owner="A")
+    alice.acquire("A")
+    assert alice.lease_token
+    impostor = desktop.new_client(owner="A")
+    for method, params in (
+        ("execute", {"owner": "A", "text": "<context>open --application app_0</context>"}),
+        ("execute", {"token": "guessed", "text": "<context>open --application app_0</context>"}),
+        ("acquire", {"owner": "A"}),
+        ("heartbeat", {"owner": "A"}),
+        ("release", {"owner": "A"}),
+        ("release", {"token": "guessed"}),
+    ):
+        with pytest.raises(AotuiError) as refused:
+            impostor.call(method, **params)
+        assert refused.value.code is ErrorCode.E_LOCKED, (method, params)
+    with pytest.raises(AotuiError) as typed:
+        impostor.call("execute", owner=7, text="<context>open --application app_0</context>")
+    assert typed.value.code is ErrorCode.E_INVALID_CMD
+    assert "'owner' must be a string" in typed.value.message
+    with pytest.raises(AotuiError) as typed:
+        alice.call(
+            "execute",
+            token=alice.lease_token,
+            snapshot_id=17,
+            text="<context>open --application app_0</context>",
+        )
+    assert typed.value.code is ErrorCode.E_INVALID_CMD
+    assert desktop.client.status()["lease_owner"] == "A"
+    alice.execute("<context>open --application app_0</context>")  # the holder, by its token
+    alice.release()
+    assert desktop.client.status()["lease_owner"] is None
+
+
+def test_the_client_keeps_its_lease_across_a_supervisor_pause(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"], lease_s=3.0)
+    alice = desktop.new_client(owner="alice", timeout_s=20)
+    alice.acquire("alice")  # heartbeats every second
+    with stopped(desktop.process.pid):
+        time.sleep(6.0)  # twice the lease; the heartbeats in the meantime time out
+    time.sleep(2.5)  # two heartbeats after the resume
+    assert alice._heartbeat is not None
+    assert alice._heartbeat.is_alive()
+    assert alice.lease_error is None
+    bob = desktop.new_client(owner="bob")
+    with pytest.raises(AotuiError) as locked:
+        bob.acquire("bob")
+    assert locked.value.code is ErrorCode.E_LOCKED
+    alice.execute("<context>open --application app_0</context>")
+    time.sleep(4.0)  # longer than the lease: only the heartbeat keeps it
+    assert desktop.client.status()["lease_owner"] == "alice"
+
+
+def test_a_lost_lease_is_taken_again_or_reported(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"], lease_s=1.5)
+    alice = desktop.new_client(owner="alice", timeout_s=20)
+    bob = desktop.new_client(owner="bob")
+
+    def heartbeat_until_it_stops(seconds: float) -> threading.Thread:
+        alice._heartbeat_stop.clear()
+        beat = threading.Thread(target=alice._beat, args=(0.2,))
+        beat.start()
+        beat.join(seconds)
+        alice._heartbeat_stop.set()
+        beat.join(5)
+        return beat
+
+    alice.acquire("alice", heartbeat=False)
+    first = alice.lease_token
+    time.sleep(2.0)  # expired: nobody holds it
+    assert desktop.client.status()["lease_owner"] is None
+    heartbeat_until_it_stops(1.0)  # finds it lost and takes it again, with a new token
+    assert alice.lease_token != first
+    assert alice.lease_error is None
+    assert desktop.client.status()["lease_owner"] == "alice"
+    time.sleep(2.0)  # expired again, and this time bob takes it
+    bob.acquire("bob")
+    beat = heartbeat_until_it_stops(10.0)
+    assert not beat.is_alive()
+    assert alice.lease_error is not None
+    with pytest.raises(AotuiError) as lost:
+        alice.execute("<context>open --application app_0</context>")
+    assert lost.value.code is ErrorCode.E_LOCKED
+    assert "lost the input lease" in lost.value.message
+    assert "bob" in lost.value.message
+    bob.release()
+    alice.acquire("alice")  # acquiring again clears it
+    alice.execute("<context>open --application app_0</context>")

@@ -81,33 +81,53 @@ def test_registry_unknown_id(clock: FakeClock) -> None:
 
 def test_lease_single_writer_and_expiry(clock: FakeClock) -> None:
     lease = InputLease(lease_s=30, clock=clock)
-    lease.check("anyone")  # free: anyone may execute
-    lease.acquire("alice")
+    lease.check(None)  # free: anyone may execute
+    alice = lease.acquire("alice").token
     with pytest.raises(AotuiError) as locked:
         lease.acquire("bob")
     assert locked.value.code is ErrorCode.E_LOCKED
-    with pytest.raises(AotuiError):
-        lease.check("bob")
-    with pytest.raises(AotuiError):
-        lease.check(None)
-    lease.check("alice")
+    for token in (None, "guessed", ""):
+        with pytest.raises(AotuiError):
+            lease.check(token)
+    lease.check(alice)
     clock.advance(20)
-    lease.heartbeat("alice")
+    assert lease.heartbeat(alice) == 30
     clock.advance(20)
     assert lease.owner == "alice"  # the heartbeat renewed it
     clock.advance(11)
     assert lease.owner is None  # alice stopped heartbeating
     with pytest.raises(AotuiError) as lost:
-        lease.heartbeat("alice")
+        lease.heartbeat(alice)
     assert lost.value.code is ErrorCode.E_LOCKED
-    lease.acquire("bob")
+    bob = lease.acquire("bob").token
+    assert bob != alice
     with pytest.raises(AotuiError):
-        lease.release("alice")
-    lease.release("bob")
+        lease.release(alice)
+    lease.release(bob)
     assert lease.owner is None
     with pytest.raises(AotuiError) as empty:
         lease.acquire("")
     assert empty.value.code is ErrorCode.E_INVALID_CMD
+
+
+def test_a_lease_is_held_by_its_token_not_by_a_name(clock: FakeClock) -> None:
+    lease = InputLease(lease_s=30, clock=clock)
+    token = lease.acquire("A").token
+    for call in (
+        lambda: lease.acquire("A"),  # the holder's name without its token
+        lambda: lease.acquire("A", "wrong"),
+        lambda: lease.heartbeat(None),
+        lambda: lease.heartbeat("wrong"),
+        lambda: lease.release(None),
+        lambda: lease.check(None),
+    ):
+        with pytest.raises(AotuiError) as refused:
+            call()
+        assert refused.value.code is ErrorCode.E_LOCKED
+        assert lease.owner == "A"
+    assert lease.acquire("A", token).token == token  # renewed with its token, same token
+    lease.release(token)
+    assert lease.owner is None
 
 
 # --- throttle -----------------------------------------------------------------------------------
