@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from aotui.protocol.args import parse_arg_schema
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import OperationSpec
 from aotui.protocol.structure import escape_structural
@@ -39,7 +40,6 @@ _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _LIST_SPEC = re.compile(rf"({_IDENT})\[\]:({_IDENT})")
 _ENTITY_SPEC = re.compile(rf"({_IDENT}):({_IDENT})")
 _OP_ID = re.compile(_IDENT)
-_ARG_NAME = re.compile(rf"{_IDENT}\??")
 _LINK_KEY = re.compile(r"[A-Za-z0-9_.:@-]+")
 _MAX_MESSAGE = 600
 # A JSON escape that may decode to a lone surrogate, which no encoder downstream can carry.
@@ -165,39 +165,18 @@ def _depth(value: Any) -> int:
 
 
 def operation_args(raw: str | None, op_id: str) -> dict[str, str]:
-    """The ``args`` attribute of an operation: a JSON object ``{name: type}``."""
+    """The ``args`` attribute of an operation, checked by the supervisor's own validator.
+
+    One rule for both sides of the wall (:func:`aotui.protocol.args.parse_arg_schema`): a schema
+    the renderer accepts is one every execute can be coerced against.
+    """
     if raw is None:
         return {}
-    example = 'args=\'{"content": "string", "note?": "string"}\''
     try:
-        args = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise fault(
-            f"args of operation {op_id} is not valid JSON ({exc}); write {example}",
-            operation=op_id,
-        ) from None
-    if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
-        raise fault(
-            f"args of operation {op_id} must be a JSON object of name → type strings, "
-            f"e.g. {example}",
-            operation=op_id,
-        )
-    seen: set[str] = set()
-    for name, kind in args.items():
-        if not _ARG_NAME.fullmatch(name) or name.rstrip("?") in seen:
-            raise fault(
-                f'argument "{name}" of operation {op_id} is not a valid, unique name: use '
-                "letters, digits and _, with a trailing ? when optional",
-                operation=op_id,
-            )
-        seen.add(name.rstrip("?"))
-        if not _OP_ID.fullmatch(kind):
-            raise fault(
-                f'argument "{name}" of operation {op_id} has type "{kind}": use string, number, '
-                "integer, boolean or a list item type such as message",
-                operation=op_id,
-            )
-    return args
+        schema = parse_arg_schema(raw, operation=op_id)
+    except AotuiError as exc:
+        raise fault(exc.message, operation=op_id) from None
+    return schema.to_dict()
 
 
 def operation_lines(operations: Iterable[OperationSpec]) -> list[str]:

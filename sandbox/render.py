@@ -51,7 +51,10 @@ from aotui.sandbox.marks import (
 )
 from aotui.sandbox.parsing import no_root, parse_document
 
-__all__ = ["RenderedView", "ViewLink", "render_view"]
+__all__ = ["VALUE_DROPPED", "RenderedView", "ViewLink", "render_view"]
+
+#: Starts the line shown under an item (or after an entity) whose ``data-value`` broke a rule.
+VALUE_DROPPED = "⚠ Value dropped:"
 
 _MARK_ORDER = ("view", "list", "entity", "operation", "view-link")
 # Characters that would break out of the name="…" attribute the supervisor writes.
@@ -221,8 +224,8 @@ class _ViewRenderer(MarkdownRenderer):
         if mark == "view-link":
             return self._link_item(el, marker, None, "")
         if mark == "entity":
-            entity_id, target = self._claim_entity(el)
-            return self._link_item(el, marker, target, entity_id)
+            entity_id, target, note = self._claim_entity(el)
+            return self._link_item(el, marker, target, entity_id, note)
         sub = Flow()
         self._semantic_list(el, sub)
         label, rest = _take_label(sub.blocks, _LIST_LABEL)
@@ -230,7 +233,9 @@ class _ViewRenderer(MarkdownRenderer):
 
     # --- marks -------------------------------------------------------------------------------
 
-    def _link_item(self, el: Element, marker: str, target: str | None, fallback: str) -> list[str]:
+    def _link_item(
+        self, el: Element, marker: str, target: str | None, fallback: str, note: str | None = None
+    ) -> list[str]:
         """An item whose label is a link: to ``target``, or to the view link the item carries."""
         subs: list[str] = []
         slot = -1
@@ -240,6 +245,8 @@ class _ViewRenderer(MarkdownRenderer):
             target, fallback = f"view:@{key}", key
             if description:
                 subs.append(f"Description: {description}")
+        if note:
+            subs.append(note)
         label: list[str] | None
         rest: list[Block] = []
         if len(el) == 0:  # the common item: text only
@@ -273,18 +280,31 @@ class _ViewRenderer(MarkdownRenderer):
         self.links.append(None)
         return key, collapse(el.get("description")), len(self.links) - 1
 
-    def _claim_entity(self, el: Element) -> tuple[str, str]:
+    def _value(self, el: Element, ref: str, what: str) -> str | None:
+        """Record the ``data-value`` of ``ref``; a faulty one degrades only this item or entity.
+
+        The ref keeps its key and type (so operations on it still work, with ``None`` as its
+        value); the returned marker tells the agent why its value is missing.
+        """
+        try:
+            self.refs[ref] = parse_value(el.get("data-value"), what)
+        except AotuiError as exc:
+            self.refs[ref] = None
+            return f"{VALUE_DROPPED} {exc.message}"
+        return None
+
+    def _claim_entity(self, el: Element) -> tuple[str, str, str | None]:
         spec = (el.get("entity") or "").strip()
         entity_type, entity_id = entity_spec(spec)
         self._claim_id(entity_id, f'entity="{spec}"')
         self.entities.add(entity_id)
-        self.refs[entity_id] = parse_value(el.get("data-value"), f"entity {entity_id}")
+        note = self._value(el, entity_id, f"entity {entity_id}")
         self.keys[entity_id] = entity_id
         self.ref_types[entity_id] = entity_type
-        return entity_id, f"{entity_type}:{entity_id}"
+        return entity_id, f"{entity_type}:{entity_id}", note
 
     def _entity(self, el: Element, flow: Flow) -> None:
-        entity_id, target = self._claim_entity(el)
+        entity_id, target, note = self._claim_entity(el)
         if flow.plain:  # inside another link's label: a link in a link would not read
             self.element(el, flow)
             return
@@ -293,6 +313,8 @@ class _ViewRenderer(MarkdownRenderer):
         if not sub.blocks:
             text = " ".join(inline_lines("".join(sub.inline))) or entity_id
             flow.inline.append(f"[{link_label(text)}]({target})")
+            if note:
+                flow.inline.append(f" ({note})")
             return
         sub.flush()
         kind, level, lines = sub.blocks[0]
@@ -300,6 +322,8 @@ class _ViewRenderer(MarkdownRenderer):
             sub.blocks[0] = (kind, level, [f"[{link_label(' '.join(lines))}]({target})"])
         else:
             sub.blocks.insert(0, ("para", 0, [f"[{link_label(entity_id)}]({target})"]))
+        if note:
+            sub.blocks.insert(1, ("para", 0, [note]))
         flow.splice(sub)
 
     def _semantic_list(self, el: Element, flow: Flow) -> None:
@@ -334,16 +358,16 @@ class _ViewRenderer(MarkdownRenderer):
                     index=index,
                 )
             seen[key] = index
-            self.refs[ref] = parse_value(child.get("data-value"), f"{ref} (key {key})")
+            note = self._value(child, ref, f"{ref} (key {key})")
             self.keys[ref] = key
             self.ref_types[ref] = item_type
             marker = f"{index + 1}. " if ordered else "- "
             keys = child.keys()
             mark = self._which(child) if not self.marks.isdisjoint(keys) else None
             if mark == "view-link":
-                lines.extend(self._link_item(child, marker, None, ""))
+                lines.extend(self._link_item(child, marker, None, "", note))
             elif mark is None:
-                lines.extend(self._link_item(child, marker, f"{item_type}:{ref}", key))
+                lines.extend(self._link_item(child, marker, f"{item_type}:{ref}", key, note))
             else:
                 raise fault(
                     f'item {ref} of list {list_id} cannot also carry {mark}="{child.get(mark)}"; '

@@ -392,3 +392,60 @@ def test_arg_values_behave_like_a_frozen_mapping() -> None:
     with pytest.raises(AttributeError):
         values.x = 1
     assert len(ArgValues()) == 0
+
+
+# --- one validator on both sides of the wall ------------------------------------------------------
+
+
+def _renderer_schema(spec: str) -> dict[str, str] | AotuiError:
+    """What the app-side renderer makes of ``args='spec'``: the declared schema, or its error."""
+    from aotui.sandbox.render import render_view
+
+    html = f'<section view="V"><button operation="go" args=\'{spec}\'>Go</button></section>'
+    try:
+        (spec_out,) = render_view(html).operations
+    except AotuiError as exc:
+        return exc
+    return dict(spec_out.args)
+
+
+def test_python_type_name_is_refused_by_the_renderer_too() -> None:
+    # The renderer used to accept {"x": "str"} ("str" read as a list item type), and every
+    # execute of it then failed E_APP_ERROR on the supervisor's side.
+    error = _renderer_schema('{"x": "str"}')
+    assert isinstance(error, AotuiError)
+    assert error.code is ErrorCode.E_APP_ERROR
+    assert "did you mean string?" in error.message
+    assert "go" in error.message
+
+
+def test_hyphenated_name_is_accepted_by_both_sides_and_executes() -> None:
+    # "dry-run" was refused by the renderer but accepted by the supervisor's validator.
+    declared = _renderer_schema('{"dry-run?": "boolean", "n": "integer"}')
+    assert declared == {"dry-run?": "boolean", "n": "integer"}
+    (command,) = parse_commands(
+        '<context app_id="app_0" view_id="view_1">execute go --dry-run --n 3</context>'
+    )
+    assert coerce_args(parse_arg_schema(declared), command.args).args == {"dry-run": True, "n": 3}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        '{"x": "str"}', '{"x": "int"}', '{"dry-run": "string"}', '{"x?": "message"}',
+        '{"x": "string", "x?": "string"}', '{"bad name": "string"}', '{"x": ""}', '{"x": 1}',
+        '["x"]', "{x}", '{"9x": "string"}', '{"x": "list of string"}', '{"a": "a-b"}', "{}",
+        '{"x": "string", "x": "integer"}',
+    ],
+)  # fmt: skip
+def test_renderer_and_supervisor_agree_on_every_schema(spec: str) -> None:
+    app_side = _renderer_schema(spec)
+    try:
+        supervisor_side: dict[str, str] | AotuiError = parse_arg_schema(spec).to_dict()
+    except AotuiError as exc:
+        supervisor_side = exc
+    if isinstance(supervisor_side, AotuiError):
+        assert isinstance(app_side, AotuiError), f"renderer accepted {spec} but execute refuses it"
+        assert app_side.code is supervisor_side.code is ErrorCode.E_APP_ERROR
+    else:
+        assert app_side == supervisor_side

@@ -8,7 +8,7 @@ import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import OperationSpec
-from aotui.sandbox.render import RenderedView, ViewLink, render_view
+from aotui.sandbox.render import VALUE_DROPPED, RenderedView, ViewLink, render_view
 
 
 def view(body: str, **attrs: str) -> RenderedView:
@@ -34,7 +34,12 @@ def body_error(body: str) -> str:
 def test_exports() -> None:
     import aotui.sandbox.render
 
-    assert sorted(aotui.sandbox.render.__all__) == ["RenderedView", "ViewLink", "render_view"]
+    assert sorted(aotui.sandbox.render.__all__) == [
+        "RenderedView",
+        "VALUE_DROPPED",
+        "ViewLink",
+        "render_view",
+    ]
 
 
 # --- the view root --------------------------------------------------------------------------
@@ -160,9 +165,13 @@ def test_entity_and_list_share_one_id_space() -> None:
     assert '"x"' in message
 
 
-def test_bad_entity_data_value_names_the_entity() -> None:
-    message = body_error("<b entity=\"user:peer\" data-value='{oops}'>x</b>")
-    assert message.startswith("data-value of entity peer is not valid JSON")
+def test_bad_entity_data_value_degrades_only_the_entity() -> None:
+    result = view("<p>Hi <b entity=\"user:peer\" data-value='{oops}'>Jo</b> there</p>")
+    assert result.markdown.startswith(
+        f"Hi [Jo](user:peer) ({VALUE_DROPPED} data-value of entity peer is not valid JSON"
+    )
+    assert result.refs == {"peer": None}
+    assert result.keys == {"peer": "peer"}
 
 
 # --- semantic lists ------------------------------------------------------------------------------
@@ -290,14 +299,29 @@ def test_duplicate_key_is_an_error() -> None:
         (json.dumps("é" * 5200), "bytes; the limit is 10240"),
     ],
 )
-def test_bad_item_data_value_names_list_item_and_key(value: str, reason: str) -> None:
+def test_bad_item_data_value_degrades_only_that_item(value: str, reason: str) -> None:
+    # It used to blank the whole view, operations included.
     escaped = value.replace("&", "&amp;").replace("'", "&#39;")
-    message = body_error(
-        '<ol list="message[]:message_history"><li key="msg_1">a</li><li key="msg_2">b</li>'
-        f"<li key=\"msg_3\" data-value='{escaped}'>c</li></ol>"
+    result = view(
+        '<ol list="message[]:message_history"><li key="msg_1">a</li>'
+        '<li key="msg_2" data-value=\'{"id": 2}\'>b</li>'
+        f"<li key=\"msg_3\" data-value='{escaped}'>c<ul><li>Sender: Jo</li></ul></li></ol>"
+        '<button operation="send" args=\'{"m": "message"}\'>Send</button>'
     )
-    assert message.startswith("data-value of message_history[2] (key msg_3) ")
-    assert reason in message
+    lines = result.markdown.splitlines()
+    assert lines[1:4] == [
+        "1. [a](message:message_history[0])",
+        "2. [b](message:message_history[1])",
+        "3. [c](message:message_history[2])",
+    ]
+    marker = f"    - {VALUE_DROPPED} data-value of message_history[2] (key msg_3) "
+    assert lines[4].startswith(marker)
+    assert reason in lines[4]
+    assert lines[5] == "    - Sender: Jo"
+    assert "- [Send](operation:send)" in lines
+    assert result.refs["message_history[1]"] == {"id": 2}
+    assert result.refs["message_history[2]"] is None
+    assert result.keys["message_history[2]"] == "msg_3"
 
 
 @pytest.mark.parametrize(
@@ -426,16 +450,17 @@ def test_bad_operation_id_is_an_error(op_id: str) -> None:
     [
         ("{content}", "not valid JSON"),
         ('["content"]', "JSON object"),
-        ('{"content": 1}', "JSON object"),
-        ('{"bad name": "string"}', 'argument "bad name"'),
-        ('{"x": "string", "x?": "string"}', 'argument "x?"'),
-        ('{"x": "list of string"}', 'type "list of string"'),
-        ('{"x": ""}', 'type ""'),
+        ('{"content": 1}', "has type 1"),
+        ('{"bad name": "string"}', "args name 'bad name'"),
+        ('{"x": "string", "x?": "string"}', "declares 'x' twice"),
+        ('{"x": "list of string"}', "type 'list of string'"),
+        ('{"x": ""}', "type ''"),
+        ('{"x": "str"}', "did you mean string?"),
     ],
 )
 def test_bad_args_are_an_error_naming_the_operation(args: str, reason: str) -> None:
     message = body_error(f"<button operation=\"send_message\" args='{args}'>x</button>")
-    assert "operation send_message" in message
+    assert message.startswith("operation 'send_message': ")
     assert reason in message
 
 
