@@ -46,6 +46,8 @@ __all__ = ["Desktop"]
 
 #: How often a desktop whose store refuses writes tries again.
 STORE_RETRY_S = 0.5
+#: Below this much free space on the store's disk, state changes are refused before they run.
+STORE_MIN_FREE_BYTES = 256 << 10
 
 
 class Desktop:
@@ -293,6 +295,11 @@ class Desktop:
 
     def require_writable(self) -> None:
         """``E_IO`` before a state-changing command while the store refuses writes."""
+        if self.store is not None and self.store_problem is None:
+            # A full disk is seen before the effect, not after (one statvfs, microseconds).
+            full = self.store.space_problem(STORE_MIN_FREE_BYTES)
+            if full is not None:
+                self._store_failed(StoreIOError(self.store.path, "written", full))
         if self.store_problem is not None:
             raise AotuiError(
                 ErrorCode.E_IO,
@@ -332,6 +339,10 @@ class Desktop:
         assert self.store is not None
         while self.store_problem is not None:
             await asyncio.sleep(STORE_RETRY_S)
+            full = self.store.space_problem(STORE_MIN_FREE_BYTES)
+            if full is not None:
+                self.store_problem = full
+                continue
             dirty, self._dirty = self._dirty, set()
             try:
                 await asyncio.to_thread(self.store.save_desktop, self.serialize())

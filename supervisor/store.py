@@ -319,6 +319,18 @@ class DesktopStore:
             )
         return start
 
+    def space_problem(self, needed: int) -> str | None:
+        """Why a write of about ``needed`` bytes would not fit on the store's disk, or ``None``."""
+        try:
+            disk = os.statvfs(self.path.parent)
+        except OSError:
+            return None  # cannot tell: the write itself will say
+        blocks = disk.f_bfree if os.geteuid() == 0 else disk.f_bavail  # root may use the reserve
+        free = blocks * disk.f_frsize
+        if free >= needed:
+            return None
+        return f"the disk holding {self.path.parent} is full ({free // 1024} KiB free)"
+
     def remember_identity(self, state: DesktopState) -> None:
         """Record that this desktop exists (once), so a lost store is never taken for a new one."""
         target = identity_path(self.path)

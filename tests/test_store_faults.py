@@ -192,8 +192,8 @@ class TinyDisk:
     def command(self, *args: str) -> list[str]:
         return ["nsenter", "-t", str(self.holder.pid), "-m", "--", *args]
 
-    def fill(self) -> None:
-        """Write a filler file until the disk is full."""
+    def fill(self, leave: int = 0) -> None:
+        """Write a filler file until the disk is full, then give ``leave`` bytes back."""
         fd = os.open(self.outside(self.mount / "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             while True:
@@ -201,6 +201,7 @@ class TinyDisk:
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
         finally:
             os.close(fd)
 
@@ -220,7 +221,7 @@ def tiny_disk(tmp_path: Path) -> Iterator[TinyDisk]:
             "private",
             "sh",
             "-c",
-            f"mount -t tmpfs -o size=2m,mode=0700 tmpfs '{mount}' && echo ready && exec sleep 600",
+            f"mount -t tmpfs -o size=4m,mode=0700 tmpfs '{mount}' && echo ready && exec sleep 600",
         ],
         stdout=subprocess.PIPE,
     )
@@ -562,44 +563,55 @@ def test_unwritable_store_refuses_changes_and_recovers(
     wait_up(desktop, tmp_path)
     client = desktop.client
     client.execute("<context>open --application app_0</context>")
-    acked = 0
     for i in range(3):
-        acked = client.execute(ADD.format(text=f"note {i}"))["results"][0]
+        client.execute(ADD.format(text=f"note {i}"))
+    grow = '<context app_id="app_0" view_id="view_0">execute grow --kb 400</context>'
+    acked = client.execute(grow)["results"][0]  # 400 KB of state: each commit needs that much
     path = tiny_disk.outside(store_of(tiny_disk.mount / "home", "sick"))
     assert not Path(f"{path}-shm").exists()  # exclusive locking: no shared memory to SIGBUS on
-    tiny_disk.fill()
-    failure = None
-    for i in range(200):  # writes may still fit in space the WAL already holds
-        try:
-            acked = client.execute(ADD.format(text=f"{i:04d}" + "z" * 4000))["results"][0]
-        except AotuiError as exc:
-            failure = exc
-            break
-    assert failure is not None, "the full disk never refused a write"
-    assert failure.code is ErrorCode.E_IO, failure.message
-    assert "took no effect" in failure.message or "nothing changed" in failure.message
-    # reads keep working, show no effect of the refused command, and say the store is failing
-    assert failure.data.get("outcome") == "not applied"
+
+    # 1. Room for the free-space check, not for the commit: the write fails after the effect,
+    # and the effect is undone before the reply.
+    tiny_disk.fill(leave=300 << 10)
+    with pytest.raises(AotuiError) as undone:
+        client.execute(ADD.format(text="undone"))
+    assert undone.value.code is ErrorCode.E_IO, undone.value.message
+    assert "was undone" in undone.value.message
+    assert undone.value.data.get("outcome") == "not applied"
     assert items_shown(desktop) in (None, acked)  # None: restarting from its stored state
     wait_for(lambda: items_shown(desktop) is not None, 10, "the app to be back")
     assert items_shown(desktop) == acked
     assert client.status()["store"]["state"] == "failing"
     assert "The desktop store cannot be written" in system_logs(desktop)
+    pid = desktop.app_pid("app_0")
     with pytest.raises(AotuiError) as refused:  # refused before any effect now
         client.execute(ADD.format(text="refused"))
     assert refused.value.code is ErrorCode.E_IO
     assert "nothing was changed" in refused.value.message
     assert items_shown(desktop) == acked
-
+    assert desktop.app_pid("app_0") == pid  # not even restarted: it never ran
     tiny_disk.free()
     wait_for(lambda: client.status()["store"]["state"] == "ok", 10, "the store to recover")
     assert "can be written again" in system_logs(desktop)
+
+    # 2. A full disk is seen before the effect: the command is refused without running.
+    tiny_disk.fill()
+    with pytest.raises(AotuiError) as full:
+        client.execute(ADD.format(text="full"))
+    assert full.value.code is ErrorCode.E_IO
+    assert "nothing was changed" in full.value.message
+    assert "full" in full.value.message
+    assert desktop.app_pid("app_0") == pid
+    assert items_shown(desktop) == acked
+    tiny_disk.free()
+    wait_for(lambda: client.status()["store"]["state"] == "ok", 10, "the store to recover")
+
     acked = client.execute(ADD.format(text="after"))["results"][0]
     os.kill(desktop.process.pid, signal.SIGKILL)
     desktop.process.wait(timeout=10)
     again = ns_desktop(tiny_disk, tmp_path, "sick", ["hoarder"], ns_started)
     wait_up(again, tmp_path)
-    wait_for(lambda: again.app_pid("app_0") is not None, 10, "the app to reopen")
+    wait_for(lambda: items_shown(again) is not None, 10, "the app to reopen")
     assert items_shown(again) == acked  # exactly the acknowledged writes, no refused one
 
 
