@@ -11,13 +11,20 @@ layers). The program, in order:
    without ``connect``;
 3. ``clone`` with any namespace flag → ``EPERM``; ``clone3`` → ``ENOSYS`` (its flags live in
    memory BPF cannot read, and glibc falls back to ``clone`` on ``ENOSYS``);
-4. ``ioctl`` ``TIOCSTI``/``TIOCLINUX`` (typing into a terminal) → ``EPERM``; the command is
-   compared on its low 32 bits, the width the kernel uses;
+4. ``ioctl``: only the commands of :data:`IOCTLS` (terminal and descriptor queries, flag
+   reads); every other command → ``EPERM`` — among them ``TIOCSTI``/``TIOCLINUX`` (typing into
+   a terminal) and ``FS_IOC_SETFLAGS``/``FS_IOC_FSSETXATTR`` (file flags Landlock does not
+   cover). The command is compared on its low 32 bits, the width the kernel uses;
 5. ``personality`` other than a query → ``EPERM``;
 6. the calls of :data:`GUARDED` aimed at another process → ``EPERM``: without this a worker
    sharing the supervisor's uid (an unprivileged desktop) could ``prlimit`` the supervisor down
    to no descriptors, renice, re-pin or deschedule it — Landlock's scopes cover signals only;
-7. the table of :data:`DENIED` → ``EPERM``; everything else is allowed.
+7. the table of :data:`DENIED` → ``EPERM`` (inotify among them: a watch on a directory the
+   app's uid can read but Landlock does not grant would show another app's file names);
+8. any syscall numbered :data:`FIRST_UNREVIEWED` or above → ``ENOSYS``, as an older kernel would
+   answer: what a newer kernel adds (``open_tree_attr``, ``file_setattr``…) is refused until
+   someone reviews it and lists it here. Everything else is allowed: below that number the filter
+   is still a deny-list (see docs/sandbox.md, *Threat model*).
 
 ``EPERM`` reaches Python code as ``PermissionError``.
 """
@@ -32,7 +39,15 @@ from collections.abc import Iterator
 
 from aotui.sandbox.linux import MACHINE, syscall
 
-__all__ = ["DENIED", "GUARDED", "SYSCALLS", "build_filter", "install"]
+__all__ = [
+    "DENIED",
+    "FIRST_UNREVIEWED",
+    "GUARDED",
+    "IOCTLS",
+    "SYSCALLS",
+    "build_filter",
+    "install",
+]
 
 # The syscalls the filter names, per architecture (aarch64 uses the asm-generic table).
 SYSCALLS: dict[str, dict[str, int]] = {
@@ -57,7 +72,10 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235,
         "futimesat": 261, "utimensat": 280, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
         "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463,
-        "removexattrat": 466, "setsid": 112, "setpgid": 109,
+        "removexattrat": 466, "setsid": 112, "setpgid": 109, "inotify_init": 253,
+        "inotify_add_watch": 254, "inotify_rm_watch": 255, "inotify_init1": 294,
+        "statmount": 457, "listmount": 458, "lsm_get_self_attr": 459, "lsm_set_self_attr": 460,
+        "lsm_list_modules": 461,
     },
     "aarch64": {
         "socket": 198, "connect": 203, "socketpair": 199, "clone": 220, "clone3": 435,
@@ -79,6 +97,9 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "fchown": 55, "fchownat": 54, "utimensat": 88, "setxattr": 5, "lsetxattr": 6,
         "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16,
         "setxattrat": 463, "removexattrat": 466, "setsid": 157, "setpgid": 154,
+        "inotify_init1": 26, "inotify_add_watch": 27, "inotify_rm_watch": 28, "statmount": 457,
+        "listmount": 458, "lsm_get_self_attr": 459, "lsm_set_self_attr": 460,
+        "lsm_list_modules": 461,
     },
 }  # fmt: skip
 
@@ -103,7 +124,34 @@ DENIED = (
     # The worker leads its own session and process group (set before confinement); its
     # descendants may not leave it, so killing the group kills every process the app started.
     "setsid", "setpgid",
+    # Watches see names Landlock would not show; mount listings show the host's every mount;
+    # LSM attributes are nothing an app needs.
+    "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "statmount", "listmount",
+    "lsm_get_self_attr", "lsm_set_self_attr", "lsm_list_modules",
 )  # fmt: skip
+
+#: Denied where the architecture has them (``inotify_init`` is x86_64's legacy form).
+_DENIED_LEGACY = ("inotify_init",)
+
+#: The first syscall number nobody has reviewed (``setxattrat``, 6.13, and every later one); from
+#: here on a call fails with ``ENOSYS`` unless it is named above. Both tables share numbers here.
+FIRST_UNREVIEWED = 463
+
+#: The ``ioctl`` commands a worker may use: terminal and descriptor queries (``isatty``, the
+#: window size, bytes readable), non-blocking and close-on-exec switches, file flag reads.
+IOCTLS: dict[str, int] = {
+    "TCGETS": 0x5401,
+    "TIOCGPGRP": 0x540F,
+    "TIOCGWINSZ": 0x5413,
+    "FIONREAD": 0x541B,
+    "FIONBIO": 0x5421,
+    "FIONCLEX": 0x5450,
+    "FIOCLEX": 0x5451,
+    "FIOASYNC": 0x5452,
+    "TCGETS2": 0x802C542A,
+    "FS_IOC_GETFLAGS": 0x80086601,
+    "FS_IOC_FSGETXATTR": 0x801C581F,
+}
 
 _ALL = 0xFFFFFFFF
 _SCHED_OTHER, _SCHED_RESET_ON_FORK = 0, 0x40000000
@@ -131,7 +179,6 @@ _SOCK_TYPE_MASK = 0xF  # strips SOCK_NONBLOCK and SOCK_CLOEXEC
 #: CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET.
 _CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
 _CLONE_NAMESPACES |= 0x40000000
-_TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 _PERSONALITY_QUERY = 0xFFFFFFFF
 
 # Classic BPF opcodes (linux/filter.h).
@@ -193,6 +240,16 @@ def _socket_check() -> list[Insn]:
     ]
 
 
+def _ioctl_check() -> list[Insn]:
+    """Allow the commands of :data:`IOCTLS` (low 32 bits), deny every other."""
+    commands = list(IOCTLS.values())
+    body: list[Insn] = [_ld(_arg(1))]
+    for index, command in enumerate(commands):
+        # A match jumps over the remaining compares and the deny, to the allow.
+        body.append((_JEQ_K, len(commands) - index, 0, command))
+    return [*body, _deny(), _ret(_RET_ALLOW)]
+
+
 def _only_if(checks: tuple[tuple[int, int, int], ...]) -> list[Insn]:
     """Allow when every ``(argument, mask, value)`` holds on the low 32 bits, else deny."""
     body: list[Insn] = []
@@ -228,25 +285,17 @@ def build_filter(machine: str = MACHINE) -> list[Insn]:
         [_ld(_arg(0)), (_JSET_K, 0, 1, _CLONE_NAMESPACES), _deny(), _ret(_RET_ALLOW)],
     )
     program += _on_syscall(numbers["clone3"], [_deny(errno.ENOSYS)])
-    program += _on_syscall(
-        numbers["ioctl"],
-        [
-            _ld(_arg(1)),
-            (_JEQ_K, 1, 0, _TIOCSTI),
-            (_JEQ_K, 0, 1, _TIOCLINUX),
-            _deny(),
-            _ret(_RET_ALLOW),
-        ],
-    )
+    program += _on_syscall(numbers["ioctl"], _ioctl_check())
     program += _on_syscall(
         numbers["personality"],
         [_ld(_arg(0)), (_JEQ_K, 0, 1, _PERSONALITY_QUERY), _ret(_RET_ALLOW), _deny()],
     )
     for name, checks in GUARDED.items():
         program += _on_syscall(numbers[name], _only_if(checks))
-    for name in DENIED:
+    for name in (*DENIED, *_DENIED_LEGACY):
         if name in numbers:  # the legacy path calls (chmod, iopl…) exist on x86_64 only
             program += _on_syscall(numbers[name], [_deny()])
+    program += [(_JGE_K, 0, 1, FIRST_UNREVIEWED), _deny(errno.ENOSYS)]
     program.append(_ret(_RET_ALLOW))
     return program
 
