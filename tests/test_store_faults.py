@@ -739,3 +739,35 @@ def test_sqlite_errors_map_to_damage_only_when_the_content_is_damaged(
     assert type(mapped) is kind
     expected = {StoreCorrupt: "E_INTERNAL", StoreHeld: "E_LOCKED", StoreIOError: "E_IO"}[kind]
     assert mapped.code.value == expected
+
+
+def test_timed_out_user_message_never_lands(start_desktop: Start) -> None:
+    desktop = start_desktop(["system/chat"], operation_timeout_ms=500)
+    client = desktop.client
+    client.say("first words")
+    before = chat_messages(client.snapshot())
+    pid = desktop.app_pid("app_0")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(AotuiError) as late:
+            client.say("lost words")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert late.value.code is ErrorCode.E_TIMEOUT
+    assert "took no effect" in late.value.message
+
+    def back() -> bool:
+        row = client.status()["apps"][0]
+        return row["state"] == "running" and row["pid"] not in (None, pid)
+
+    wait_for(back, 10, "the chat to restart")
+    assert chat_messages(client.snapshot()) == before  # the late message never arrived
+    client.say("next words")
+    assert chat_messages(client.snapshot()) == before + 1
+
+
+def chat_messages(text: str) -> int:
+    """The message count the chat's Conversations view shows."""
+    return int(text.split("Messages: ", 1)[1].split("\n", 1)[0].strip())
