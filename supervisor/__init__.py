@@ -8,6 +8,9 @@
   the input lease, signal throttling (all with an injectable clock); :mod:`supervisor.stall` —
   time the supervisor itself did not run.
 - :mod:`supervisor.launcher` / :mod:`supervisor.worker_handle` — starting workers, their channels.
+- :mod:`supervisor.state`, :mod:`supervisor.store` — the durable desktop; its faults told apart
+  (:mod:`~supervisor.store_faults`), one supervisor per store (:mod:`~supervisor.store_lock`),
+  listing and repair (:mod:`~supervisor.store_repair`), WAL damage (:mod:`~supervisor.wal_check`).
 - :mod:`supervisor.manifest`, :mod:`supervisor.config`, :mod:`supervisor.paths` — validated inputs.
 - :mod:`supervisor.client` — ``Client``, the Python API; :mod:`supervisor.cli` — ``aotui``.
 """
