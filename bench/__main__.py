@@ -15,6 +15,7 @@ MODULES = [
     "bench_desktop",
     "bench_sandbox",
     "bench_store",
+    "bench_hostile",
 ]
 
 

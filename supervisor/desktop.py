@@ -472,6 +472,15 @@ class Desktop:
         snap = build_snapshot(
             self.apps, self.system_log, self.config.snapshot_budget(), self._unshowable
         )
+        for app in self.apps:
+            worker = app.worker
+            if app.app_id in snap.over_budget and worker and not worker.reported_over_budget:
+                worker.reported_over_budget = True  # once per worker, not once per pull
+                self.log(
+                    f"{app.name} ({app.app_id}) is over its snapshot budget; parts of it are "
+                    f"not shown (see the markers in its block).",
+                    app.app_id,
+                )
         return self.registry.add(snap.refs), snap
 
     def _unshowable(self, app: AppRecord, error: Exception) -> None:

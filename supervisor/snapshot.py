@@ -42,6 +42,8 @@ class Snapshot:
 
     markdown: str
     refs: RefTable
+    #: Apps shown only in part (or as a marker) because they are over a budget.
+    over_budget: tuple[str, ...] = ()
 
 
 def format_time(timestamp: float) -> str:
@@ -113,16 +115,22 @@ def _logs(title: str, entries: Iterable[tuple[float, str]], heading: str) -> lis
     return lines
 
 
+#: The part of a marker that names the app (an app that writes it into its own view only gets
+#: itself reported as over budget).
+_MARKER = "({app}) is over its snapshot budget"
+
+
 def _over(app: AppRecord, what: str) -> str:
     """The marker that stands in for what an app may not show."""
     return (
-        f"[aotui: {what}; it is not shown. {link_label(app.name)} ({app.app_id}) is over its "
-        f"snapshot budget: dismount views you do not need, or close it: "
+        f"[aotui: {what}; it is not shown. {link_label(app.name)} "
+        f"{_MARKER.format(app=app.app_id)}: dismount views you do not need, or close it: "
         f"close --application {app.app_id}]"
     )
 
 
 def _application(app: AppRecord, refs: RefTable, budget: SnapshotBudget) -> str:
+    """The app's block; markers (``_over``) stand in for what is over its budget."""
     parts = [
         f'<application id="{app.app_id}" name="{attribute_text(app.name)}">',
         "<application_info>",
@@ -160,9 +168,7 @@ def _application(app: AppRecord, refs: RefTable, budget: SnapshotBudget) -> str:
                 _over(app, f"{view_id} is {_size(size)}, over {_size(budget.view_bytes)} a view")
             )
         elif used + size > budget.app_bytes:
-            parts.append(
-                _over(app, f"{view_id} would take the app past {_size(budget.app_bytes)}")
-            )
+            parts.append(_over(app, f"{view_id} would take the app past {_size(budget.app_bytes)}"))
         else:
             refs[(app.app_id, view_id)] = fragment
             parts.append(markdown.rstrip("\n"))
@@ -210,6 +216,7 @@ def build_snapshot(
         "</view>",
     ]
     used = sum(len(part.encode()) for part in parts)
+    over: list[str] = []
     for app in apps:
         if app.status is not AppStatus.RUNNING:
             continue
@@ -231,5 +238,7 @@ def build_snapshot(
         refs.update(app_refs)
         used += size
         parts.append(block)
+        if _MARKER.format(app=app.app_id) in block:
+            over.append(app.app_id)
     parts.append("</desktop>")
-    return Snapshot("\n".join(parts) + "\n", refs)
+    return Snapshot("\n".join(parts) + "\n", refs, tuple(over))

@@ -121,8 +121,10 @@ class WorkerHandle:
         self._log_dropped = 0
         #: Size of the frame being dispatched (fragments are charged their frame's bytes).
         self.last_frame_bytes = 0
-        #: Whether a snapshot already reported that this worker's views could not be shown.
+        #: Whether System Logs already said this worker's views could not be shown…
         self.reported_unshowable = False
+        #: …or were over the snapshot budget.
+        self.reported_over_budget = False
         self._monitor: zmq.asyncio.Socket | None = None
         self._watcher: asyncio.Task[None] | None = None
 

@@ -242,6 +242,8 @@ def test_a_big_or_deep_app_cannot_blind_the_snapshot(start_desktop: Start) -> No
     assert blinder.count("over 64 KB a view; it is not shown") == 5, blinder[:3000]
     assert "Blinder (app_1) is over its snapshot budget" in blinder
     assert "past 64 views or depth 16" in blinder
+    logs = _logs(client.snapshot())  # reported while the first pull was assembled
+    assert "Blinder (app_1) is over its snapshot budget; parts of it are not shown" in logs
     assert _bump(client) == 1
     assert "Calls: 1" in _block(client.snapshot(), "app_0")
 
@@ -507,3 +509,20 @@ def test_close_works_while_an_app_is_restarting(start_desktop: Start) -> None:
     assert row["state"] == "not running", row
     assert row["pid"] is None
     assert "closed (its restart was called off)" in _logs(client.snapshot())
+
+
+@pytest.mark.timeout(60)
+def test_a_hostile_restart_policy_cannot_storm(start_desktop: Start) -> None:
+    # The flooder's manifest asks for 1e8 restarts in 0.001 s without back-off.
+    desktop = start_desktop(["echo", "flooder"])
+    client = desktop.client
+    client.execute("<context>open --application app_0; open --application app_1</context>")
+    _attack(client, "storm")  # it now exits 0.3 s after every start
+    time.sleep(5)
+    restarts = _state(desktop, "app_1")["restarts"]
+    assert 2 <= restarts <= 12, restarts  # 37 a second before the clamp
+    assert _bump(client) == 1
+    client.execute("<context>close --application app_1</context>")
+    wait_for(lambda: _state(desktop, "app_1")["state"] == "not running", 5, "the close")
+    time.sleep(1)
+    assert _state(desktop, "app_1")["pid"] is None

@@ -3,8 +3,9 @@
 ``stdout``: writes empty lines as fast as its output pipe takes them; ``log``: logs at the
 admitted rate (10 lines a second) to push other apps' reports out of System Logs; ``http``: fills
 the broker with seven slow requests to ``--arg URL`` at once (raw ``HttpCall`` frames on its own
-channel, one fewer than the flood limit); ``crash``: exits, so that its manifest's restart
-policy (``max_restarts`` 1e8 in 0.001 s without back-off) would restart it without end.
+channel, one fewer than the flood limit); ``storm``: exits 0.3 s from now and, through its
+acknowledged state, 0.3 s after every restart, so that its manifest's restart policy
+(``max_restarts`` 1e8 in 0.001 s without back-off) would restart it without end.
 Each flood runs on a timer for ``--seconds`` (default 5) and the operation returns at once.
 """
 
@@ -35,9 +36,10 @@ Attack</button></section>"""
         arg = str(call.args.get("arg") or "")
         seconds = float(call.args.get("seconds") or 5)
         app: FlooderApp = self.app  # type: ignore[assignment]
-        if what == "crash":
-            os._exit(3)
-        if what == "stdout":
+        if what == "storm":
+            app.storm = True
+            app.call_later(0.3, lambda: os._exit(3))
+        elif what == "stdout":
             app.every(0.001, seconds, lambda: os.write(1, NEWLINES))
         elif what == "log":
             counter = iter(range(10**9))
@@ -60,6 +62,7 @@ class FlooderApp(App):
     def __init__(self) -> None:
         super().__init__()
         self.timers: list[Timer] = []
+        self.storm = False
 
     def every(self, interval: float, seconds: float, callback: object) -> None:
         """Run ``callback`` every ``interval`` seconds for ``seconds``."""
@@ -77,6 +80,16 @@ class FlooderApp(App):
 
     def roots(self) -> list[View]:
         return [FlooderView("flooder")]
+
+    def serialize(self) -> object:
+        return {"storm": self.storm}
+
+    def restore(self, data: object) -> None:
+        self.storm = bool(data.get("storm")) if isinstance(data, dict) else False
+
+    def on_start(self) -> None:
+        if self.storm:
+            self.call_later(0.3, lambda: os._exit(3))
 
 
 app = FlooderApp()

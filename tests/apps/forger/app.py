@@ -112,7 +112,7 @@ def _pending_operation() -> int:
 #: Attempt → the frames it sends (given ``--arg``).
 FRAMES: dict[str, Callable[[str], list[bytes]]] = {
     "garbage": lambda _arg: [b"\xc1" + os.urandom(255)],
-    "oversized": lambda _arg: [b"\x00" * (9 << 20)],
+    "oversized": lambda arg: [b"\x00" * (int(arg or 9) << 20)],  # --arg MB
     "msgpack-bomb": lambda _arg: [b"\xdd\xff\xff\xff\xff"],
     "deep-nesting": lambda _arg: [b"\x91" * 10_000 + b"\xc0"],
     "wrong-version": lambda _arg: [msgpack.packb([2, "log", {"level": "info", "message": "v2"}])],
