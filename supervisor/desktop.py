@@ -489,13 +489,24 @@ class Desktop:
             app.worker.reported_unshowable = True
             self.log(f"{app.name}'s views could not be shown ({type(error).__name__}: {error}).")
 
-    async def run(self, command: Command, refs: RefTable | None) -> Any:
-        """Run one parsed command; returns its result (``None`` for most)."""
+    async def run(
+        self, command: Command, refs: RefTable | None, deadline: float | None = None
+    ) -> Any:
+        """Run one parsed command; returns its result (``None`` for most).
+
+        ``deadline`` (monotonic) bounds an execute or view command whole, a wait for its app's
+        restart included; by default it is ``operation_timeout_ms`` from now.
+        """
         self.require_writable()  # every command may change what is stored
         action = command.action
+        if deadline is None:
+            deadline = time.monotonic() + self.config.operation_timeout_ms / 1000
         if action is Action.EXECUTE:
-            return await self._execute(command, refs)
+            await self._await_restart(self.app(command.app_id or ""), deadline)
+            return await self._execute(command, refs, deadline)
         app = self.app(command.app_id or command.target)
+        if action not in (Action.OPEN_APPLICATION, Action.CLOSE_APPLICATION):
+            await self._await_restart(app, deadline)
         if action is Action.OPEN_APPLICATION:
             await self.open_app(app)
         elif action is Action.CLOSE_APPLICATION:
@@ -507,11 +518,27 @@ class Desktop:
             app.require_live()
             app.transition(AppStatus.RUNNING)
         else:
-            await self._view_command(app, action, command.target)
+            await self._view_command(app, action, command.target, deadline)
         await self.persist(app)
         return None
 
-    async def _view_command(self, app: AppRecord, action: Action, view_id: str) -> None:
+    async def _await_restart(self, app: AppRecord, deadline: float) -> None:
+        """A command for an app that is restarting waits for it, within its own deadline."""
+        while app.status in (AppStatus.RESTARTING, AppStatus.STARTING):
+            if time.monotonic() >= deadline:
+                why = f" after {app.last_exit}" if app.last_exit else ""
+                raise AotuiError(
+                    ErrorCode.E_TIMEOUT,
+                    f"{app.app_id} ({app.name}) is {app.status.value}{why} and did not come back "
+                    f"within this command's deadline; the command did not run. Retry in a "
+                    f"moment (status shows when it is running again).",
+                    {"app": app.app_id, "state": app.status.value, "outcome": "not applied"},
+                )
+            await asyncio.sleep(0.01)
+
+    async def _view_command(
+        self, app: AppRecord, action: Action, view_id: str, deadline: float
+    ) -> None:
         app.require_live()
         key = app.views.key_for(view_id)
         if action in (Action.HIDE_VIEW, Action.SHOW_VIEW):
@@ -520,13 +547,14 @@ class Desktop:
             self.on_change("dom_mutation")
             return
         if action is Action.MOUNT_VIEW:
-            await self.deliver(app, lambda rid: Mount(rid, key), f"mount {view_id}")
+            await self.deliver(app, lambda rid: Mount(rid, key), f"mount {view_id}", deadline)
         else:
-            await self.deliver(app, lambda rid: Dismount(rid, key), f"dismount {view_id}")
+            what = f"dismount {view_id}"
+            await self.deliver(app, lambda rid: Dismount(rid, key), what, deadline)
             app.views.hidden.discard(key)
         app.log_operation(f"{action.value.split('_')[0]} {view_id}: ok")
 
-    async def _execute(self, command: Command, refs: RefTable | None) -> Any:
+    async def _execute(self, command: Command, refs: RefTable | None, deadline: float) -> Any:
         app = self.app(command.app_id or "")
         app.require_live()
         view_id = command.view_id or ""
@@ -551,9 +579,10 @@ class Desktop:
                     command.target,
                     coerced.args,
                     coerced.stable_keys,
-                    self.config.operation_timeout_ms,
+                    int(_left(deadline, self.config.operation_timeout_ms) * 1000),
                 ),
                 what,
+                deadline,
             )
         except AotuiError as exc:
             app.log_operation(f"{what}: {exc.code.value} {exc.message}")
@@ -564,7 +593,13 @@ class Desktop:
         app.log_operation(f"{what}: ok")
         return result
 
-    async def deliver(self, app: AppRecord, build: Callable[[int], Message], what: str) -> Any:
+    async def deliver(
+        self,
+        app: AppRecord,
+        build: Callable[[int], Message],
+        what: str,
+        deadline: float | None = None,
+    ) -> Any:
         """Send one request to ``app``'s worker; returns its result once its effect is stored.
 
         CONTRACT §6: an error means it took no effect. A timeout stops the worker before the
@@ -573,8 +608,9 @@ class Desktop:
         """
         worker = app.worker
         assert worker is not None
+        timeout = _left(deadline, self.config.operation_timeout_ms)  # it may have queued
         try:
-            reply = await worker.request(build, self.config.operation_timeout_ms / 1000, what)
+            reply = await worker.request(build, timeout, what)
         except AotuiError as exc:
             if exc.code is ErrorCode.E_TIMEOUT:
                 raise await self._abandon(app, what, exc) from None
@@ -637,6 +673,14 @@ class Desktop:
             f"(free disk space or fix the disk). Snapshots and status still work.",
             {"store": "failing", "outcome": "not applied"},
         )
+
+
+def _left(deadline: float | None, timeout_ms: int) -> float:
+    """Seconds a request may take: ``timeout_ms``, or what is left of ``deadline`` if less."""
+    timeout = timeout_ms / 1000
+    if deadline is None:
+        return timeout
+    return max(0.05, min(timeout, deadline - time.monotonic()))
 
 
 def _resolver(fragment: ViewFragment, view_id: str) -> Callable[[str, str], ResolvedRef]:

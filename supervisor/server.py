@@ -28,7 +28,7 @@ import zmq
 import zmq.asyncio
 
 from aotui.protocol import codec
-from aotui.protocol.commands import Command
+from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal
@@ -275,11 +275,32 @@ class Supervisor:
         return {"ran": len(commands), "results": results}
 
     async def _run_locked(self, command: Command, refs: RefTable | None) -> Any:
+        """Run ``command`` after the commands queued before it on its app, within its deadline.
+
+        The deadline starts when the command is queued, not when its turn comes: a command
+        behind slow ones is answered ``E_TIMEOUT`` (not run) instead of seconds late.
+        """
         app_ref = command.app_id or command.target
         app = self.desktop.app(app_ref)
+        starts = command.action in (Action.OPEN_APPLICATION, Action.CLOSE_APPLICATION)
+        budget_ms = self.config.start_timeout_ms if starts else self.config.operation_timeout_ms
+        queued = time.monotonic()
+        deadline = queued + budget_ms / 1000
         lock = self.app_locks.setdefault(app.app_id, asyncio.Lock())
-        async with lock:
-            return await self.desktop.run(command, refs)
+        try:
+            await asyncio.wait_for(lock.acquire(), deadline - queued)
+        except TimeoutError:
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT,
+                f"{app.app_id} ({app.name}) was busy with earlier commands for this command's "
+                f"whole deadline ({budget_ms} ms); it did not run. Retry, or send fewer commands "
+                f"to one app at once.",
+                {"app": app.app_id, "outcome": "not applied"},
+            ) from None
+        try:
+            return await self.desktop.run(command, refs, deadline)
+        finally:
+            lock.release()
 
     async def status(self, params: dict[str, Any]) -> dict[str, Any]:
         """The supervisor and every app: state, pid, memory, CPU, restarts, last exit."""

@@ -26,16 +26,20 @@ from tests.test_supervisor_units import FakeClock
 Start = Callable[..., RunningDesktop]
 
 
-def echo_view(markdown: str, app_id: str) -> str:
+def view_of(markdown: str, app_id: str, name: str = "Echo") -> str:
     block = markdown[markdown.index(f'<application id="{app_id}"') :]
-    match = re.search(r'<view id="(view_\d+)" name="Echo">', block)
+    match = re.search(rf'<view id="(view_\d+)" name="{name}">', block)
     assert match, block
     return match.group(1)
 
 
-def bump(client: Client, app_id: str, markdown: str | None = None) -> Any:
-    view = echo_view(markdown or client.snapshot(), app_id)
+def bump(client: Client, app_id: str, markdown: str | None = None, name: str = "Echo") -> Any:
+    view = view_of(markdown or client.snapshot(), app_id, name)
     return client.execute(f'<context app_id="{app_id}" view_id="{view}">execute bump</context>')
+
+
+def operation(app_id: str, view: str, text: str) -> str:
+    return f'<context app_id="{app_id}" view_id="{view}">execute {text}</context>'
 
 
 def rows(client: Client) -> dict[str, dict[str, Any]]:
@@ -262,3 +266,96 @@ def test_a_lost_lease_is_taken_again_or_reported(start_desktop: Start) -> None:
     bob.release()
     alice.acquire("alice")  # acquiring again clears it
     alice.execute("<context>open --application app_0</context>")
+
+
+# --- item 6: dispatch around restarts -------------------------------------------------------------
+
+
+def in_threads(calls: list[Callable[[], Any]], stagger_s: float = 0.1) -> list[Any]:
+    """Run each call on its own thread, started ``stagger_s`` apart; results or exceptions."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            results[index] = calls[index]()
+        except Exception as exc:
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+        time.sleep(stagger_s)
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def test_commands_queued_behind_a_dying_operation_wait_for_the_restart(
+    start_desktop: Start,
+) -> None:
+    desktop = start_desktop(["faulty"], operation_timeout_ms=4000)
+    desktop.client.execute("<context>open --application app_0</context>")
+    view = view_of(desktop.client.snapshot(), "app_0", "Faulty")
+    clients = [desktop.new_client(timeout_s=20) for _ in range(4)]
+    calls: list[Callable[[], Any]] = [
+        lambda: clients[0].execute(operation("app_0", view, "die_after --seconds 0.5"))
+    ]
+    calls += [
+        lambda c=c: c.execute(operation("app_0", view, "bump"))  # type: ignore[misc]
+        for c in clients[1:]
+    ]
+    results = in_threads(calls, stagger_s=0.05)
+    assert isinstance(results[0], AotuiError)
+    assert results[0].code is ErrorCode.E_APP_ERROR, results[0]
+    assert "crashed mid-operation" in results[0].message
+    # Queued behind it, the bumps ran once the app was back (from its stored state).
+    assert sorted(r["results"][0] for r in results[1:]) == [1, 2, 3], results
+    row = rows(desktop.client)["app_0"]
+    assert row["state"] == "running"
+    assert row["restarts"] == 1
+
+
+def test_queued_commands_are_held_to_their_deadline(start_desktop: Start) -> None:
+    desktop = start_desktop(["slow"], operation_timeout_ms=1000)
+    desktop.client.execute("<context>open --application app_0</context>")
+    view = view_of(desktop.client.snapshot(), "app_0", "Slow")
+    clients = [desktop.new_client(timeout_s=20) for _ in range(4)]
+
+    def timed(client: Client) -> tuple[float, Any]:
+        started = time.monotonic()
+        try:
+            answer: Any = client.execute(operation("app_0", view, "hang --seconds 0.7"))
+        except AotuiError as exc:
+            answer = exc
+        return time.monotonic() - started, answer
+
+    results = in_threads([lambda c=c: timed(c) for c in clients], stagger_s=0.02)  # type: ignore[misc]
+    assert results[0][1] == {"ran": 1, "results": [None]}
+    for took, _answer in results:
+        assert took < 1.0 + 0.6, results  # each within its 1 s deadline (and a kill's grace)
+    for _took, answer in results[1:]:
+        assert isinstance(answer, AotuiError), results
+        assert answer.code is ErrorCode.E_TIMEOUT
+        assert answer.recoverable
+
+
+def test_a_command_for_an_app_that_cannot_come_back_in_time_is_told_to_retry(
+    start_desktop: Start,
+) -> None:
+    desktop = start_desktop(["faulty"], operation_timeout_ms=1000, start_timeout_ms=3000)
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    view = view_of(client.snapshot(), "app_0", "Faulty")
+    client.execute(operation("app_0", view, "poison"))  # stored; hangs the next start
+    results = in_threads(
+        [
+            lambda: client.execute(operation("app_0", view, "die_after --seconds 0")),
+            lambda: desktop.new_client().execute(operation("app_0", view, "bump")),
+        ],
+        stagger_s=0.3,
+    )
+    assert isinstance(results[1], AotuiError), results
+    assert results[1].code is ErrorCode.E_TIMEOUT, results[1]
+    assert results[1].recoverable
+    assert "did not come back" in results[1].message
+    assert "Retry" in results[1].message
