@@ -126,14 +126,13 @@ class DesktopStore:
         except sqlite3.Error as exc:
             raise from_sqlite(path, exc, "opened") from None
         try:
+            # Exclusive before the first WAL access: no shared-memory index is ever created.
             self._db.execute("PRAGMA locking_mode=EXCLUSIVE")
-            self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             check = self._db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise StoreCorrupt(path, f"integrity check failed ({check})")
-            self._db.executescript(_SCHEMA)
-            self._upgrade()
+            self._inspect_schema()
         except sqlite3.Error as exc:
             self._db.close()
             error = from_sqlite(path, exc, "read")
@@ -187,22 +186,43 @@ class DesktopStore:
             with contextlib.suppress(OSError):
                 note.rename(f"{note}.reported")
 
-    def _upgrade(self) -> None:
-        text = self._meta("schema_version")
-        found = int(text) if text is not None and text.isdigit() else None
-        if text is not None and found is None:
+    def _inspect_schema(self) -> None:
+        """Check the tables and their version by reading only: nothing is written on open."""
+        tables = {
+            str(row[0])
+            for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        #: Whether the tables exist (a new store has none until its first write).
+        self._tables = bool(tables)
+        if tables and not {"meta", "apps"} <= tables:
+            found = ", ".join(sorted(tables))[:200]
+            raise StoreCorrupt(self.path, f"its tables are not aotui's (found: {found})")
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(apps)")]
+        self._checksums = "checksum" in columns or not tables
+        text = self._meta("schema_version") if tables else None
+        found_version = int(text) if text is not None and text.isdigit() else None
+        if text is not None and found_version is None:
             raise StoreCorrupt(self.path, f"schema version {text!r:.40} is not a number")
-        if found is None:
-            self._set_meta({"schema_version": str(SCHEMA_VERSION)})
-        elif found > SCHEMA_VERSION:
-            raise StoreCorrupt(self.path, f"schema {found} is newer than this aotui ({VERSION})")
-        elif found < 2:
-            # Version 1 had no row checksums: its rows load unchecked until written again.
-            with self._transaction() as db:
-                columns = [row[1] for row in db.execute("PRAGMA table_info(apps)")]
-                if "checksum" not in columns:
-                    db.execute("ALTER TABLE apps ADD COLUMN checksum TEXT")
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", ("2",))
+        if found_version is not None and found_version > SCHEMA_VERSION:
+            raise StoreCorrupt(
+                self.path, f"schema {found_version} is newer than this aotui ({VERSION})"
+            )
+        self._ready = bool(tables) and found_version == SCHEMA_VERSION and self._checksums
+
+    def _prepare(self) -> None:
+        """Before the first write: WAL mode, the tables, the upgrade from schema 1."""
+        db = self._db
+        db.execute("PRAGMA journal_mode=WAL")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        if not self._checksums:
+            # Schema 1 had no row checksums: its rows load unchecked until written again.
+            db.execute("ALTER TABLE apps ADD COLUMN checksum TEXT")
+        db.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+        self._tables = self._checksums = self._ready = True
 
     def close(self) -> None:
         """Close the database (checkpointing the WAL)."""
@@ -213,6 +233,8 @@ class DesktopStore:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             try:
+                if not self._ready:
+                    self._prepare()
                 self._db.execute("BEGIN IMMEDIATE")
                 yield self._db
                 self._db.execute("COMMIT")
@@ -228,21 +250,20 @@ class DesktopStore:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
-    def _set_meta(self, values: dict[str, str]) -> None:
-        with self._transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", values.items())
-
     # --- the desktop ----------------------------------------------------------------------------
 
     def load(self) -> DesktopState | None:
         """The saved desktop, or ``None`` for a new store; damaged app rows are quarantined."""
+        if not self._tables:
+            return None
+        checksum = "checksum" if self._checksums else "NULL"
         try:
             with self._lock:
                 meta: dict[str, str] = dict(
                     self._db.execute("SELECT key, value FROM meta").fetchall()
                 )
                 rows = self._db.execute(
-                    "SELECT app, entry, data, checksum FROM apps ORDER BY position"
+                    f"SELECT app, entry, data, {checksum} FROM apps ORDER BY position"
                 ).fetchall()
         except sqlite3.Error as exc:
             raise from_sqlite(self.path, exc, "read") from None

@@ -771,3 +771,36 @@ def test_timed_out_user_message_never_lands(start_desktop: Start) -> None:
 def chat_messages(text: str) -> int:
     """The message count the chat's Conversations view shows."""
     return int(text.split("Messages: ", 1)[1].split("\n", 1)[0].strip())
+
+
+def test_a_schema_1_store_loads_unchanged_and_upgrades_on_its_first_write(
+    private_home: Path,
+) -> None:
+    path = private_home / "desktops" / "old.db"
+    path.parent.mkdir(parents=True)
+    entry = {"app": "app_0", "manifest_id": "test.echo", "app_dir": str(TEST_APPS / "echo")}
+    entry |= {"status": "running", "mounted": [], "hidden": [], "view_ids": {}}
+    entry |= {"restarts": 0, "last_exit": ""}
+    with contextlib.closing(sqlite3.connect(path)) as db:  # aotui's layout before checksums
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("CREATE TABLE apps (app TEXT PRIMARY KEY, position INTEGER NOT NULL, "
+                   "entry TEXT NOT NULL, data BLOB)")  # fmt: skip
+        meta = {"schema_version": "1", "id": "old", "created": "1.0", "next_app": "1"}
+        db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+        db.execute("INSERT INTO apps VALUES ('app_0', 0, ?, NULL)", (json.dumps(entry),))
+        db.commit()
+    before = digest(path)
+    store = DesktopStore(path)
+    state = store.load()
+    store.close()
+    assert digest(path) == before, "opening and loading wrote to the store"
+    assert state is not None
+    assert [a.app for a in state.apps] == ["app_0"]
+    store = DesktopStore(path)
+    store.save_desktop(state)
+    store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        assert version[0] == "2"
+        assert db.execute("SELECT checksum FROM apps").fetchone()[0] is not None
