@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -778,7 +779,8 @@ def test_a_schema_1_store_loads_unchanged_and_upgrades_on_its_first_write(
 ) -> None:
     path = private_home / "desktops" / "old.db"
     path.parent.mkdir(parents=True)
-    entry = {"app": "app_0", "manifest_id": "test.echo", "app_dir": str(TEST_APPS / "echo")}
+    entry: dict[str, Any] = {"app": "app_0", "manifest_id": "test.echo"}
+    entry["app_dir"] = str(TEST_APPS / "echo")
     entry |= {"status": "running", "mounted": [], "hidden": [], "view_ids": {}}
     entry |= {"restarts": 0, "last_exit": ""}
     with contextlib.closing(sqlite3.connect(path)) as db:  # aotui's layout before checksums
