@@ -1,8 +1,9 @@
 """The watchdog: samples every worker with psutil and names the ones to kill.
 
 - Memory: the worker's private memory (USS: pages only it uses — not shared libraries, not the
-  zygote's copy-on-write pages, which is also what its memory cgroup is charged) plus its
-  children's, over ``memory_mb`` → kill at once (``memory limit``). Sampled every ``interval_s``
+  zygote's copy-on-write pages, which is also what its memory cgroup is charged) plus that of
+  every other process in its process group, over ``memory_mb`` → kill at once (``memory
+  limit``). Sampled every ``interval_s``
   (50 ms by default, so a runaway is killed well within 200 ms of crossing); the kernel limits
   (cgroup memory at +10 %, RLIMIT_AS) are the backstop between two samples. USS costs ~10× RSS
   to read, so RSS is the cheap pre-filter: only a worker whose RSS passed 80 % of its limit has
@@ -11,12 +12,19 @@
   → kill (``cpu limit``). One busy burst is allowed; a spinning loop is not.
 - Heartbeats are the supervisor's (see :mod:`supervisor.desktop`); this module only samples.
 
-Sampling is cheap (a read of ``/proc/<pid>/statm`` per worker per tick); children are looked up
-only once per CPU window because finding them scans ``/proc``.
+The family of a worker is its process group, not its parent chain: a double-forked child is
+re-parented away from the worker but cannot leave the group (seccomp denies ``setsid`` and
+``setpgid``), so an orphan holding memory or spinning is charged to the app and dies with it
+(the supervisor kills the whole group). That matters most for an unprivileged desktop, which has
+no cgroup to fall back on.
+
+Sampling is cheap (a read of ``/proc/<pid>/statm`` per group member per tick); the groups are
+swept once per CPU window, in one pass over ``/proc`` for every worker.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -24,7 +32,7 @@ import psutil
 
 from aotui.supervisor.registry import Clock
 
-__all__ = ["PRECISE_ABOVE", "Violation", "Watchdog", "WatchedWorker"]
+__all__ = ["PRECISE_ABOVE", "Violation", "Watchdog", "WatchedWorker", "process_groups"]
 
 #: Past this share of its limit (by RSS), a worker's private memory is measured exactly.
 PRECISE_ABOVE = 0.8
@@ -91,7 +99,12 @@ class Watchdog:
         """One tick: every worker's memory, and CPU when its window is over."""
         violations: list[Violation] = []
         now = self.clock()
+        groups: dict[int, list[int]] | None = None
         for worker in list(self.workers.values()):
+            if now - worker.last_cpu_at >= self.cpu_window_s:
+                if groups is None:  # one sweep of /proc per tick, for every worker
+                    groups = process_groups()
+                self._regroup(worker, groups.get(worker.pid, []))
             try:
                 violation = self._sample_one(worker, now)
             except psutil.Error:
@@ -126,7 +139,6 @@ class Watchdog:
                 )
         if now - worker.last_cpu_at < self.cpu_window_s:
             return None
-        worker.children = worker.process.children(recursive=True)
         times = worker.process.cpu_times()
         cpu_time = times.user + times.system + sum(_cpu(c) for c in worker.children)
         if worker.last_cpu_time is not None:
@@ -142,6 +154,44 @@ class Watchdog:
                 )
         worker.last_cpu_time, worker.last_cpu_at = cpu_time, now
         return None
+
+    def _regroup(self, worker: WatchedWorker, members: list[int]) -> None:
+        """Take the worker's process group as its family (keeping known ``Process`` objects)."""
+        known = {child.pid: child for child in worker.children}
+        family: list[psutil.Process] = []
+        for pid in members:
+            if pid == worker.pid:
+                continue
+            child = known.get(pid)
+            if child is None:
+                try:
+                    child = psutil.Process(pid)
+                except psutil.Error:
+                    continue
+            family.append(child)
+        worker.children = family
+
+
+def process_groups() -> dict[int, list[int]]:
+    """Every live process's pid by its process group id, from one pass over ``/proc``."""
+    groups: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return groups
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # ended meanwhile
+        # "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != b"Z":
+            groups.setdefault(int(fields[2]), []).append(int(name))
+    return groups
 
 
 def _uss(process: psutil.Process) -> int:

@@ -15,6 +15,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,7 @@ from aotui.supervisor.manifest import load_manifest
 from aotui.supervisor.restart import RestartPolicy, RestartTracker
 from aotui.supervisor.snapshot import SnapshotBudget, build_snapshot
 from aotui.supervisor.system_log import SystemLog, said_by
+from aotui.supervisor.watchdog import Watchdog
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]
@@ -526,3 +529,89 @@ def test_a_hostile_restart_policy_cannot_storm(start_desktop: Start) -> None:
     wait_for(lambda: _state(desktop, "app_1")["state"] == "not running", 5, "the close")
     time.sleep(1)
     assert _state(desktop, "app_1")["pid"] is None
+
+
+# --- orphans (class F) ----------------------------------------------------------------------------
+
+
+def _group_with_orphan(hold_mb: int, spin: bool) -> int:
+    """A process-group leader (as a worker is) whose double-forked grandchild — re-parented away
+    from it — holds ``hold_mb`` MB or spins."""
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                if os.fork() == 0:
+                    block = b"\x01" * (hold_mb << 20)  # written, so resident
+                    os.write(ready_write, b"1")
+                    while True:
+                        if not spin:
+                            time.sleep(1)
+                        elif not block:
+                            break
+                os._exit(0)
+            os.wait()  # the middle child is gone: the grandchild is an orphan
+            while True:
+                time.sleep(1)
+        finally:
+            os._exit(0)
+    os.close(ready_write)
+    assert os.read(ready_read, 1) == b"1"
+    os.close(ready_read)
+    return pid
+
+
+@pytest.mark.parametrize(
+    ("hold_mb", "spin", "reason"), [(150, False, "memory limit"), (1, True, "cpu limit")]
+)
+def test_orphans_are_charged_to_their_app(hold_mb: int, spin: bool, reason: str) -> None:
+    leader = _group_with_orphan(hold_mb, spin)
+    try:
+        assert not psutil.Process(leader).children()  # the parent chain no longer finds it
+        watchdog = Watchdog(interval_s=0.02, cpu_window_s=0.2, cpu_strikes=2)
+        watchdog.watch("app_9", leader, memory_mb=64, cpu_percent=10)
+        found: list[Any] = []
+        deadline = time.monotonic() + 5
+        while not found and time.monotonic() < deadline:
+            found = watchdog.sample()
+            time.sleep(0.02)
+        assert [v.reason for v in found] == [reason], found
+    finally:
+        os.killpg(leader, signal.SIGKILL)
+        os.waitpid(leader, 0)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("args", "reason"), [({"mb": 150}, "memory limit"), ({"spin": True}, "cpu limit")]
+)
+def test_an_unprivileged_desktop_charges_orphans_to_their_app(
+    tmp_path: Path, args: dict[str, object], reason: str
+) -> None:
+    from tests.test_escape_e2e import _nobody_cannot_use_python, desktop_as_nobody
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a desktop as nobody (run as a user, cgroups are absent)")
+    if why := _nobody_cannot_use_python():
+        pytest.skip(f"cannot start a supervisor as nobody: {why}")
+    base = Path(tempfile.mkdtemp(prefix="aotui-orphans-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        grant = base / "grant"
+        grant.mkdir()
+        with desktop_as_nobody(base, grant, ["echo", "orphaner"]) as desktop:
+            client = desktop.client
+            client.execute("<context>open --application app_0; open --application app_1</context>")
+            worker = _state(desktop, "app_1")["pid"]
+            command = {"app": "app_1", "view": "view_0", "operation": "orphan", "args": args}
+            orphan = client.execute(command)["results"][0]
+            assert orphan > 0
+            assert psutil.Process(orphan).ppid() != worker  # re-parented: not a child any more
+            wait_for(lambda: _state(desktop, "app_1")["last_exit"] == reason, 15, reason)
+            wait_for(lambda: not psutil.pid_exists(orphan), 5, "the orphan to die with its app")
+            assert f"Orphaner over its {reason}" in _logs(client.snapshot())
+            assert _bump(client) == 1
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
