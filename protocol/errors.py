@@ -41,6 +41,8 @@ class ErrorCode(enum.Enum):
     E_PERMISSION = ("E_PERMISSION", False, -32003, 77)
     #: Operation or render past its deadline.
     E_TIMEOUT = ("E_TIMEOUT", True, -32010, 75)
+    #: Too many commands in flight, or a bounded resource of the caller's is full; wait and retry.
+    E_RATE_LIMITED = ("E_RATE_LIMITED", True, -32029, 73)
     #: No desktop answers at that address (not started, or gone).
     E_UNAVAILABLE = ("E_UNAVAILABLE", True, -32001, EXIT_NO_DESKTOP)
     #: The desktop's store (or its directory) cannot be written or read; nothing was changed.

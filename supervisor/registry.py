@@ -104,7 +104,7 @@ class SnapshotRegistry(Generic[RefTable]):
             pinned = sum(1 for e in self._entries.values() if e.pins > 0)
             if pinned >= self.max_pinned:
                 raise AotuiError(
-                    ErrorCode.E_INVALID_CMD,
+                    ErrorCode.E_RATE_LIMITED,
                     f"{pinned} snapshots are retained already (at most {self.max_pinned}); "
                     f"release one before retaining {snapshot_id}",
                     {"snapshot_id": snapshot_id},

@@ -536,6 +536,7 @@ def test_retained_snapshot_outlives_the_cap_and_unknown_release_is_an_error(
         keeper.call("retain_snapshot", snapshot_id=puller.call("snapshot")["snapshot_id"])
     with pytest.raises(AotuiError) as refused:
         keeper.call("retain_snapshot", snapshot_id=puller.call("snapshot")["snapshot_id"])
+    assert refused.value.code is ErrorCode.E_RATE_LIMITED
     assert "retained already" in refused.value.message
     assert keeper.execute(BUMP.format(app="app_0"), snapshot_id=kept)["results"] == [2]
 
