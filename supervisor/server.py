@@ -7,7 +7,7 @@ time, in arrival order. Signals go out on a PUB socket (``signals.sock``), throt
 
 Methods: ``ping``, ``snapshot``, ``retain_snapshot``, ``release_snapshot``, ``execute``,
 ``acquire``, ``heartbeat``, ``release``, ``status``, ``install``, ``uninstall``, ``say``,
-``shutdown`` — documented in ``docs/client.md``.
+``shutdown`` — ``docs/architecture.md`` ("Client protocol") lists each with its params.
 """
 
 from __future__ import annotations
