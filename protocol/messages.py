@@ -368,8 +368,11 @@ class Signal(Message):
     KIND: ClassVar[str] = "signal"
     desktop_id: str
     timestamp: float
-    #: ``dom_mutation | app_opened | app_closed | app_crashed | app_restarted``.
+    #: ``dom_mutation | app_opened | app_closed | app_crashed | app_restarted``: the latest change.
     reason: str
+    #: Every distinct reason since the previous signal, first-seen order (none lost to the
+    #: throttle); empty from a sender that predates the field.
+    reasons: list[str] = field(default_factory=list)
 
 
 #: Every message class by its ``KIND`` tag; the codec refuses any other tag.

@@ -185,14 +185,14 @@ class Supervisor:
 
     def changed(self, reason: str) -> None:
         """Something on the desktop changed: publish now or hold for the trailing edge."""
-        now_reason = self.throttle.offer(reason)
-        if now_reason is not None:
-            self._publish(now_reason)
+        burst = self.throttle.offer(reason)
+        if burst is not None:
+            self._publish(*burst)
         else:
             self.signal_wake.set()
 
-    def _publish(self, reason: str) -> None:
-        signal_message = Signal(self.config.desktop, time.time(), reason)
+    def _publish(self, reason: str, reasons: tuple[str, ...]) -> None:
+        signal_message = Signal(self.config.desktop, time.time(), reason, list(reasons))
         with contextlib.suppress(zmq.ZMQError):
             self.pub.send(codec.encode(signal_message), zmq.NOBLOCK)
 
@@ -204,9 +204,9 @@ class Supervisor:
                 await self.signal_wake.wait()
                 continue
             await asyncio.sleep(delay)
-            reason = self.throttle.due()
-            if reason is not None:
-                self._publish(reason)
+            burst = self.throttle.due()
+            if burst is not None:
+                self._publish(*burst)
 
     # --- methods --------------------------------------------------------------------------------
 

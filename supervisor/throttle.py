@@ -2,7 +2,9 @@
 
 A leading-and-trailing-edge throttle: the first change in a quiet period is published at once;
 changes inside the interval are coalesced into one trailing signal at the interval's end, carrying
-the most recent reason. The clock is injected so the rule is tested without sleeping.
+the most recent reason and every distinct reason held since the previous signal (CONTRACT §6), so
+an ``app_crashed`` followed by ``app_restarted`` in one window is not lost. The clock is injected so
+the rule is tested without sleeping.
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ import time
 
 from aotui.supervisor.registry import Clock
 
-__all__ = ["SignalThrottle"]
+__all__ = ["Burst", "SignalThrottle"]
+
+#: What one published signal carries: the latest reason, and every distinct reason it stands for
+#: (in the order they first happened; the latest is among them).
+Burst = tuple[str, tuple[str, ...]]
 
 
 class SignalThrottle:
@@ -21,27 +27,32 @@ class SignalThrottle:
         self.interval = 1.0 / rate_per_s
         self.clock = clock
         self._last_sent = float("-inf")
-        self._pending: str | None = None
+        self._latest: str | None = None
+        #: Distinct reasons held for the trailing signal; a dict keeps first-seen order.
+        self._held: dict[str, None] = {}
 
-    def offer(self, reason: str) -> str | None:
-        """A change happened; returns the reason to publish now, or ``None`` (held for later)."""
+    def offer(self, reason: str) -> Burst | None:
+        """A change happened; returns the signal to publish now, or ``None`` (held for later)."""
         now = self.clock()
-        if self._pending is None and now - self._last_sent >= self.interval:
+        if self._latest is None and now - self._last_sent >= self.interval:
             self._last_sent = now
-            return reason
-        self._pending = reason
+            return reason, (reason,)
+        self._latest = reason
+        self._held[reason] = None
         return None
 
-    def due(self) -> str | None:
+    def due(self) -> Burst | None:
         """The held trailing signal if its time has come (then it is consumed)."""
-        if self._pending is not None and self.clock() - self._last_sent >= self.interval:
-            reason, self._pending = self._pending, None
+        if self._latest is not None and self.clock() - self._last_sent >= self.interval:
+            burst = self._latest, tuple(self._held)
+            self._latest = None
+            self._held = {}
             self._last_sent = self.clock()
-            return reason
+            return burst
         return None
 
     def next_due_in(self) -> float | None:
         """Seconds until :meth:`due` will have something, or ``None`` when nothing is held."""
-        if self._pending is None:
+        if self._latest is None:
             return None
         return max(0.0, self._last_sent + self.interval - self.clock())

@@ -135,7 +135,7 @@ def test_a_lease_is_held_by_its_token_not_by_a_name(clock: FakeClock) -> None:
 
 def test_throttle_leading_and_trailing_edges(clock: FakeClock) -> None:
     throttle = SignalThrottle(rate_per_s=10, clock=clock)
-    assert throttle.offer("app_opened") == "app_opened"  # a quiet desktop signals at once
+    assert throttle.offer("app_opened") == ("app_opened", ("app_opened",))  # quiet: at once
     published = []
     for i in range(100):  # a 1 s burst of changes every 10 ms
         clock.advance(0.01)
@@ -148,9 +148,21 @@ def test_throttle_leading_and_trailing_edges(clock: FakeClock) -> None:
     assert 9 <= len(published) <= 10  # at most 10 per second
     assert throttle.next_due_in() is not None
     clock.advance(0.1)
-    assert throttle.due() == "app_crashed"  # the last change in a burst always signals
+    # the last change in a burst always signals, with every reason it stands for
+    assert throttle.due() == ("app_crashed", ("app_crashed",))
     assert throttle.due() is None
     assert throttle.next_due_in() is None
+
+
+def test_throttle_keeps_every_distinct_reason_of_a_burst(clock: FakeClock) -> None:
+    # A crash followed by its restart inside one window used to publish only app_restarted.
+    throttle = SignalThrottle(rate_per_s=10, clock=clock)
+    assert throttle.offer("dom_mutation") is not None
+    clock.advance(0.01)
+    for reason in ("app_crashed", "dom_mutation", "app_restarted", "dom_mutation"):
+        assert throttle.offer(reason) is None
+    clock.advance(0.1)
+    assert throttle.due() == ("dom_mutation", ("app_crashed", "dom_mutation", "app_restarted"))
 
 
 def test_throttle_rate_holds_over_time(clock: FakeClock) -> None:
