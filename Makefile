@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/aotui demo
 
 lint: $(STAMP)
+	ln -sfn "$(CURDIR)/apps" $(TYPECHECK)/apps  # the bundled apps are type-checked as aotui.apps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 

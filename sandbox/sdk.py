@@ -1,10 +1,13 @@
 """The app SDK: what a third-party app author imports.
 
 An app is a module that defines an :class:`App` subclass and binds an instance to the module-level
-name ``app``. Its views are :class:`View` subclasses whose :meth:`View.render` returns HTML marked
-as CONTRACT §3 describes; operations are view methods decorated with :func:`operation`. After every
-operation, timer or posted callback the worker re-renders the mounted views and sends the supervisor
-only those that changed, so handlers just change state — there is nothing to "refresh".
+name ``app``. Its views are :class:`View` subclasses, typed by their app (``View[NotesApp]``), whose
+``template`` (Jinja2, autoescaped; :mod:`sandbox.templates`) renders HTML marked as CONTRACT §3
+describes. Operations are view methods decorated with :func:`operation`: the method's name,
+docstring and typed signature declare the operation once, and :meth:`View.button` writes its
+markup (:mod:`sandbox.operations`). After every operation, timer or callback the worker re-renders
+the mounted views and sends the supervisor only those that changed, so handlers just change
+state — there is nothing to "refresh".
 
 See ``docs/apps.md`` for a tutorial.
 """
@@ -17,17 +20,32 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from html import escape
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, final
 
-__all__ = ["App", "HttpReply", "OperationCall", "Timer", "View", "operation"]
+from markupsafe import Markup, escape
 
-HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+from aotui.sandbox.operations import (
+    OperationDef,
+    Ref,
+    declared_operations,
+    marked_handlers,
+    operation,
+)
+from aotui.sandbox.templates import attributes, json_value, render_template
+
+__all__ = ["App", "HttpReply", "Markup", "OperationCall", "Ref", "Timer", "View", "operation"]
+
+AppT = TypeVar("AppT", bound="App")
+ViewT = TypeVar("ViewT", bound="View[Any]")
+# Tells "no data-value" apart from a data-value of None (JSON null).
+_ABSENT: Any = object()
+# A view class's operation markup never changes: it is derived from the class's methods.
+_BUTTONS: dict[type, dict[tuple[str, str | None], Markup]] = {}
 
 
 @dataclass(frozen=True)
 class OperationCall:
-    """What an operation handler receives (CONTRACT §5): the operation, its args and stable keys."""
+    """What the worker hands a view (CONTRACT §5): the operation, its args and stable keys."""
 
     #: The operation id (``reply_message``).
     operation: str
@@ -35,16 +53,6 @@ class OperationCall:
     args: Mapping[str, Any]
     #: For each argument given as a ref, the referenced item's stable ``key``.
     stable_keys: Mapping[str, Any] = field(default_factory=dict)
-
-
-def operation(op_id: str) -> Callable[[HandlerT], HandlerT]:
-    """Mark a :class:`View` method as the handler of ``op_id`` (declared in the view's HTML)."""
-
-    def mark(handler: HandlerT) -> HandlerT:
-        handler.__aotui_operation__ = op_id  # type: ignore[attr-defined]
-        return handler
-
-    return mark
 
 
 @dataclass(frozen=True)
@@ -64,51 +72,133 @@ class HttpReply:
         return self.body.decode(encoding, errors="replace")
 
 
-class View:
-    """One view instance; ``key`` is the app's stable id for it (``conversation:johnny``)."""
+class View(Generic[AppT]):
+    """One view instance of an ``AppT``; ``key`` is the app's stable id for it."""
 
+    #: The view's Jinja2 source (autoescaped), rendered with ``view``, ``app`` and :meth:`context`.
+    template: ClassVar[str] = ""
+    #: ``op_id → method name`` of the operations this class handles.
     handlers: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        found: dict[str, str] = {}
-        for base in reversed(cls.__mro__):
-            for attr, value in vars(base).items():
-                op_id = getattr(value, "__aotui_operation__", None)
-                if isinstance(op_id, str):
-                    found[op_id] = attr
-        cls.handlers = found
+        cls.handlers = marked_handlers(cls)
 
     def __init__(self, key: str) -> None:
         self.key = key
-        self.app: App | None = None
+        self._app: AppT | None = None
+
+    @property
+    def app(self) -> AppT:
+        """The app this view is registered with (by :meth:`App.add_view`)."""
+        if self._app is None:
+            raise RuntimeError(f"view {self.key!r} is not attached to an app")
+        return self._app
+
+    def attach(self, app: AppT) -> None:
+        """Register with ``app``; :meth:`App.add_view` calls it."""
+        self._app = app
+
+    # --- rendering ------------------------------------------------------------------------------
+
+    def context(self) -> Mapping[str, Any]:
+        """Names the template uses besides ``view`` and ``app``; computed once per render."""
+        return {}
 
     def render(self) -> str:
-        """Return this view's HTML; the root element carries ``view="Name"``."""
-        raise NotImplementedError(f"{type(self).__name__}.render() must return the view's HTML")
+        """This view's HTML; the root element carries ``view="Name"``. Must not change state."""
+        if not self.template:
+            raise NotImplementedError(
+                f"{type(self).__name__} needs a template (or its own render())"
+            )
+        return render_template(self.template, {**self.context(), "view": self, "app": self.app})
 
-    def link(self, child: View, label: str, description: str = "") -> str:
-        """Register ``child`` as mountable from this view and return the HTML of its link."""
-        return f"<a{self.link_attrs(child, description)}>{escape(label)}</a>"
+    def item(self, key: str, value: Any = _ABSENT) -> Markup:
+        """``key="…" data-value="…"`` for a list item: its stable key and what a ref to it gives."""
+        if value is _ABSENT:
+            return Markup(f'key="{escape(key)}"')
+        return Markup(f'key="{escape(key)}" data-value="{escape(json_value(value))}"')
 
-    def link_attrs(self, child: View, description: str = "") -> str:
+    def entity(self, entity_type: str, entity_id: str, value: Any = _ABSENT) -> Markup:
+        """``entity="type:id" data-value="…"`` for an addressable single thing."""
+        data = None if value is _ABSENT else json_value(value)
+        return attributes((("entity", f"{entity_type}:{entity_id}"), ("data-value", data)))
+
+    def link(self, child: View[Any] | str, label: str, description: str = "") -> Markup:
+        """Register ``child`` (a view or its key) as mountable from here; the HTML of its link."""
+        return Markup(f"<a{self.link_attrs(child, description)}>{escape(label)}</a>")
+
+    def link_attrs(self, child: View[Any] | str, description: str = "") -> Markup:
         """Register ``child`` and return `` view-link="…"`` attributes for your own element.
 
         Put them on a list item to make the whole item the link, with its nested list as the
-        link's details: ``<li{self.link_attrs(v)}>Johnny<ul><li>Last: Hi</li></ul></li>``.
+        link's details: ``<li{{ view.link_attrs(child) }}>Johnny<ul><li>…</li></ul></li>``.
         """
-        if self.app is None:
-            raise RuntimeError(f"view {self.key!r} is not attached to an app")
-        self.app.add_view(child)
-        desc = f' description="{escape(description)}"' if description else ""
-        return f' view-link="{escape(child.key)}"{desc}'
+        if isinstance(child, str):
+            found = self.app.view(child)
+            if found is None:
+                raise LookupError(f"view {self.key!r} links to {child!r}, which does not resolve")
+            child = found
+        key = escape(self.app.add_view(child).key)
+        if description:
+            return Markup(f' view-link="{key}" description="{escape(description)}"')
+        return Markup(f' view-link="{key}"')
+
+    def button(self, op_id: str, label: str | None = None) -> Markup:
+        """The markup of operation ``op_id``: id, description, label and ``args``, all derived."""
+        cache = _BUTTONS.setdefault(type(self), {})
+        cached = cache.get((op_id, label))
+        if cached is None:
+            cached = cache[op_id, label] = self._button(op_id, label)
+        return cached
+
+    def _button(self, op_id: str, label: str | None) -> Markup:
+        found = self.operations_declared().get(op_id)
+        if found is None or found.legacy:
+            known = ", ".join(self.operations_declared()) or "none"
+            raise LookupError(f"{type(self).__name__} has no typed operation {op_id!r} ({known})")
+        pairs = (
+            ("operation", op_id),
+            ("description", found.description or None),
+            ("args", found.args_json or None),
+        )
+        return Markup(f"<button {attributes(pairs)}>{escape(label or found.label)}</button>")
+
+    def buttons(self) -> Markup:
+        """The markup of every typed operation of this view, in declaration order."""
+        cache = _BUTTONS.setdefault(type(self), {})
+        cached = cache.get(("", None))
+        if cached is None:
+            ops = self.operations_declared().values()
+            cached = Markup("\n").join(self.button(op.op_id) for op in ops if not op.legacy)
+            cache["", None] = cached
+        return cached
+
+    @classmethod
+    def operations_declared(cls) -> Mapping[str, OperationDef]:
+        """The operations this class declares, read from their methods."""
+        return declared_operations(cls)
+
+    # --- dispatch -------------------------------------------------------------------------------
 
     def handle(self, call: OperationCall) -> Any:
-        """Dispatch ``call`` to the method decorated with ``@operation(call.operation)``."""
+        """Run the handler of ``call.operation`` with its typed arguments."""
         attr = self.handlers.get(call.operation)
         if attr is None:
             raise LookupError(f"view {self.key!r} has no handler for operation {call.operation!r}")
-        return getattr(self, attr)(call)
+        handler = getattr(self, attr)
+        definition = self.operations_declared()[call.operation]
+        if definition.legacy:
+            return handler(call)
+        return handler(**definition.arguments(call.args, call.stable_keys))
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        """Called when the agent (or the app's opening) mounts this view."""
+
+    def on_dismount(self) -> None:
+        """Called when this view is dismounted."""
 
 
 @dataclass(order=True)
@@ -130,12 +220,12 @@ class App:
     """Base class of an app: owns its views, timers and serialized state."""
 
     def __init__(self) -> None:
-        self._views: dict[str, View] = {}
+        self._views: dict[str, View[Any]] = {}
         self._timers: list[Timer] = []
         self._seq = itertools.count()
         self._posted: list[Callable[[], Any]] = []
         self._posted_lock = threading.Lock()
-        #: Set by the worker: called (from any thread) to wake its loop after :meth:`post`.
+        #: Set by the worker: called (from any thread) to wake its loop after :meth:`call_soon`.
         self.wakeup: Callable[[], None] = lambda: None
         #: Set by the worker: sends a line to the desktop's System Logs.
         self.log: Callable[[str], None] = lambda message: None
@@ -144,7 +234,7 @@ class App:
 
     # --- hooks an app overrides -----------------------------------------------------------------
 
-    def roots(self) -> Iterable[View]:
+    def roots(self) -> Iterable[View[Any]]:
         """The root views, mounted when the app opens."""
         raise NotImplementedError(f"{type(self).__name__}.roots() must return the root views")
 
@@ -155,7 +245,7 @@ class App:
     def restore(self, data: Any) -> None:
         """Rebuild state from what :meth:`serialize` returned before a restart."""
 
-    def resolve_view(self, key: str) -> View | None:
+    def resolve_view(self, key: str) -> View[Any] | None:
         """Create the view for ``key`` on demand (e.g. after a restart); ``None`` if unknown."""
         return None
 
@@ -166,18 +256,20 @@ class App:
         """An event from outside the agent's view (``aotui say`` posts ``user_message``)."""
         raise LookupError(f"{type(self).__name__} does not accept event {call.operation!r}")
 
-    # --- services for the app -------------------------------------------------------------------
+    # --- services for the app (final: an override would break the worker's use of them) ---------
 
-    def add_view(self, view: View) -> View:
+    @final
+    def add_view(self, view: ViewT) -> ViewT:
         """Register ``view`` (idempotent by key) and return the registered instance."""
         existing = self._views.get(view.key)
         if existing is not None:
-            return existing
-        view.app = self
+            return existing  # type: ignore[return-value]  # one key, one view class
+        view.attach(self)
         self._views[view.key] = view
         return view
 
-    def view(self, key: str) -> View | None:
+    @final
+    def view(self, key: str) -> View[Any] | None:
         """The registered view with ``key``, asking :meth:`resolve_view` when it is unknown."""
         found = self._views.get(key)
         if found is None:
@@ -186,6 +278,7 @@ class App:
                 found = self.add_view(created)
         return found
 
+    @final
     def http(
         self,
         method: str,
@@ -212,12 +305,14 @@ class App:
             url=str(answer["url"]),
         )
 
+    @final
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
         """Run ``callback`` on the app's loop after ``delay`` seconds."""
         timer = Timer(time.monotonic() + max(0.0, delay), next(self._seq), callback)
         heapq.heappush(self._timers, timer)
         return timer
 
+    @final
     def call_every(self, interval: float, callback: Callable[[], Any]) -> Timer:
         """Run ``callback`` every ``interval`` seconds until the timer is cancelled."""
         if interval <= 0:
@@ -226,7 +321,8 @@ class App:
         heapq.heappush(self._timers, timer)
         return timer
 
-    def post(self, callback: Callable[[], Any]) -> None:
+    @final
+    def call_soon(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` on the app's loop; safe to call from any thread (e.g. a reader)."""
         with self._posted_lock:
             self._posted.append(callback)
@@ -234,6 +330,7 @@ class App:
 
     # --- used by the worker loop ----------------------------------------------------------------
 
+    @final
     def next_timer_delay(self, now: float) -> float | None:
         """Seconds until the next live timer, or ``None``."""
         while self._timers and self._timers[0].cancelled:
@@ -242,6 +339,7 @@ class App:
             return None
         return max(0.0, self._timers[0].when - now)
 
+    @final
     def due_callbacks(self, now: float) -> list[Callable[[], Any]]:
         """Pop every due timer and posted callback, rescheduling repeating timers."""
         due: list[Callable[[], Any]] = []

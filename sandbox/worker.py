@@ -104,7 +104,7 @@ class WorkerLoop:
         self.sock = sock
         self.wake_fd = wake_fd
         self.revision = 0
-        self.mounted: dict[str, View] = {}
+        self.mounted: dict[str, View[Any]] = {}
         self.parents: dict[str, str | None] = {}
         self.sent: dict[str, ViewFragment] = {}
         self.running = True
@@ -134,7 +134,9 @@ class WorkerLoop:
             raise AotuiError(ErrorCode.E_NOT_FOUND, f"the app has no view with key {key!r}")
         if root:
             self.parents[key] = None
-        self.mounted[key] = view
+        if key not in self.mounted:
+            view.on_mount()  # first: a hook that raises leaves the view unmounted
+            self.mounted[key] = view
 
     def dismount(self, key: str) -> None:
         """Dismount ``key`` and, like a component tree, every view mounted beneath it."""
@@ -147,9 +149,11 @@ class WorkerLoop:
                     doomed.add(child)
                     changed = True
         for victim in doomed:
-            self.mounted.pop(victim, None)
+            gone = self.mounted.pop(victim, None)
+            if gone is not None:
+                gone.on_dismount()
 
-    def render_one(self, key: str, view: View | None) -> ViewFragment:
+    def render_one(self, key: str, view: View[Any] | None) -> ViewFragment:
         """Render one view into a fragment; a failing view shows its error instead of crashing."""
         parent = self.parents.get(key)
         if view is None:

@@ -81,6 +81,11 @@ PRELOAD = [
     "urllib.parse",
     "uuid",
     "zlib",
+    # View templates (sandbox/templates.py): Jinja2 itself comes in with the SDK above; its
+    # traceback rewriting is imported only when a template fails, so load it here too.
+    "jinja2",
+    "jinja2.debug",
+    "markupsafe",
 ]
 
 

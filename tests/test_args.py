@@ -423,6 +423,7 @@ def test_hyphenated_name_is_accepted_by_both_sides_and_executes() -> None:
     # "dry-run" was refused by the renderer but accepted by the supervisor's validator.
     declared = _renderer_schema('{"dry-run?": "boolean", "n": "integer"}')
     assert declared == {"dry-run?": "boolean", "n": "integer"}
+    assert not isinstance(declared, AotuiError)
     (command,) = parse_commands(
         '<context app_id="app_0" view_id="view_1">execute go --dry-run --n 3</context>'
     )

@@ -248,6 +248,7 @@ def test_crash_mid_operation_restarts_with_state(start_desktop: Start) -> None:
     client.execute(op.format("bump"))
     client.execute(op.format("bump"))
     first_pid = desktop.app_pid("app_0")
+    assert first_pid is not None
     with pytest.raises(AotuiError) as crashed:
         client.execute(op.format("die --code 3"))
     assert crashed.value.code is ErrorCode.E_APP_ERROR

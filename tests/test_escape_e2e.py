@@ -725,7 +725,7 @@ def test_forged_oversized_and_flooding_frames_kill_only_the_forger(start_desktop
         else:
             gone = before["pid"]
             restarted = poll(
-                lambda gone=gone: (
+                lambda gone=gone: (  # type: ignore[misc]  # the default binds gone per loop
                     (r := row(client, "app_1"))["state"] == "running" and r["pid"] != gone
                 )
             )

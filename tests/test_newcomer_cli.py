@@ -136,7 +136,7 @@ def test_a_150_character_runtime_dir_and_a_64_character_name_work(
         signals = client.signals(timeout_s=5)
         client.execute(bump)
         assert next(signals).reason == "dom_mutation"
-        signals.close()
+        signals.close()  # type: ignore[attr-defined]  # a generator, typed as an Iterator
 
     down = aotui("down", *where, env=env)
     assert down.returncode == 0, down.stderr

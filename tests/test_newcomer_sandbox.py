@@ -184,7 +184,7 @@ def test_each_app_has_a_private_temp_dir_removed_on_close(
         "refused: PermissionError"
     )
     own = json.dumps(first["gettempdir"])  # type: ignore[index]
-    assert run(desktop, "app_0", f"execute peek --path {own}").startswith("listed")
+    assert str(run(desktop, "app_0", f"execute peek --path {own}")).startswith("listed")
     client.execute("<context>close --application app_0</context>")
     assert not mine.exists()
     assert theirs.exists()

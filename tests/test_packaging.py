@@ -25,7 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 RUNTIME_ROOMS = ("protocol", "sandbox", "supervisor")
 #: Import name → distribution name, for the runtime's third-party imports.
-DISTRIBUTIONS = {"zmq": "pyzmq", "lxml": "lxml", "msgpack": "msgpack", "psutil": "psutil"}
+DISTRIBUTIONS = {
+    "zmq": "pyzmq",
+    "lxml": "lxml",
+    "msgpack": "msgpack",
+    "psutil": "psutil",
+    "jinja2": "jinja2",
+    "markupsafe": "markupsafe",
+}
 
 
 @pytest.fixture(scope="module")

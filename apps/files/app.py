@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, Ref, View, operation
 
 #: The manifest this app reads its ``fs:read`` grant from.
 MANIFEST = Path(__file__).with_name("aoapp.json")
@@ -40,10 +39,6 @@ def granted_root(manifest: Path = MANIFEST) -> Path:
     if PREFERRED_ROOT.is_dir() and any(PREFERRED_ROOT.is_relative_to(g) for g in grants):
         return PREFERRED_ROOT
     return grants[0]
-
-
-def _json_attr(value: Any) -> str:
-    return escape(json.dumps(value, ensure_ascii=False), quote=True)
 
 
 def _size(size: int) -> str:
@@ -93,86 +88,68 @@ class Preview:
     error: str = ""
 
 
-class BrowserView(View):
+class BrowserView(View["FilesApp"]):
     """The root: the current directory's entries and the navigation operations."""
 
-    def render(self) -> str:
-        files = self.files
-        parts = [
-            f"<ul><li>Root: {escape(str(files.root))}</li>"
-            f"<li>Current Directory: {escape(str(files.cwd))}</li></ul>"
-        ]
-        if files.preview is not None:
-            hint = "Mount it to read the first 4 KB"
-            link = self.link(files.file_view, files.preview.path.name, hint)
-            parts.append(f"<h3>Open File</h3>{link}")
+    template = """
+<section view="Browser" description="Read-only files under {{ app.root }}">
+  <h2>Browser</h2>
+  <ul><li>Root: {{ app.root }}</li><li>Current Directory: {{ app.cwd }}</li></ul>
+{% if app.preview is not none %}
+  <h3>Open File</h3>
+  {{- view.link("file", app.preview.path.name, "Mount it to read the first 4 KB") }}
+{% endif %}
+{% if entries %}
+  <ol list="entry[]:entries" title="Entries">
+  {%- for entry, value, label in entries -%}
+    <li {{ view.item(entry.key, value) }}>{{ label }}</li>
+  {%- endfor -%}
+  </ol>
+{% else %}
+  <p>{{ problem or "This directory is empty." }}</p>
+{% endif %}
+{% if hidden %}
+  <p>{{ hidden }} more entries not shown (directories first, then files, by name; only
+     {{ limit }} are listed). Reach them with go_to.</p>
+{% endif %}
+  {{ view.buttons() }}
+</section>"""
+
+    def context(self) -> Mapping[str, Any]:
         problem = ""
         try:
-            entries, total = files.listing()
+            entries, total = self.app.listing()
         except OSError as exc:
             problem = f"This directory cannot be read: {exc}"
             entries, total = [], 0
-        items = []
-        for entry in entries:
-            value: dict[str, Any] = {
-                "name": entry.name,
-                "path": entry.key,
-                "kind": "dir" if entry.is_dir else "file",
-            }
-            if entry.is_dir:
-                label = f"{entry.name}/ (dir)"
-            else:
-                size = "size unknown" if entry.size is None else _size(entry.size)
-                label = f"{entry.name} (file, {size})"
-                value["size"] = entry.size
-            items.append(
-                f'<li key="{escape(entry.key)}" data-value="{_json_attr(value)}">'
-                f"{escape(label)}</li>"
-            )
-        if items:
-            parts.append(f'<ol list="entry[]:entries" title="Entries">{"".join(items)}</ol>')
-        else:
-            parts.append(f"<p>{escape(problem or 'This directory is empty.')}</p>")
-        if total > len(entries):
-            parts.append(
-                f"<p>{total - len(entries)} more entries not shown (directories first, then "
-                f"files, by name; only {MAX_ENTRIES} are listed). Reach them with go_to.</p>"
-            )
-        return f"""
-<section view="Browser" description="Read-only files under {escape(str(files.root))}">
-  <h2>Browser</h2>
-  {"".join(parts)}
-  <button operation="open_entry" description="Enter a directory, or show a file in the File view"
-          args='{{"entry": "entry"}}'>Open Entry</button>
-  <button operation="go_up" description="Go to the parent directory">Go Up</button>
-  <button operation="go_to" args='{{"path": "string"}}'
-          description="Go to a directory or open a file: an absolute path, or one relative
-                       to the current directory">Go To</button>
-</section>"""
+        return {
+            "entries": [(entry, *_shown(entry)) for entry in entries],
+            "problem": problem,
+            "hidden": total - len(entries),
+            "limit": MAX_ENTRIES,
+        }
 
-    @property
-    def files(self) -> FilesApp:
-        assert isinstance(self.app, FilesApp)
-        return self.app
+    @operation
+    def open_entry(self, entry: Ref[Literal["entry"]]) -> dict[str, str]:
+        """Enter a directory, or show a file in the File view."""
+        files = self.app
+        return files.go(files.inside(files.root / entry.key, entry.key))
 
-    @operation("open_entry")
-    def open_entry(self, call: OperationCall) -> dict[str, str]:
-        key = call.stable_keys.get("entry")
-        if key is None:
-            raise ValueError("entry must reference an entry, e.g. entries[0]")
-        return self.files.go(self.files.inside(self.files.root / str(key), str(key)))
-
-    @operation("go_up")
-    def go_up(self, call: OperationCall) -> dict[str, str]:
-        files = self.files
+    @operation
+    def go_up(self) -> dict[str, str]:
+        """Go to the parent directory."""
+        files = self.app
         if files.cwd == files.root:
             raise ValueError(f"already at the root, {files.root}; this app reads nothing above it")
         return files.go(files.cwd.parent)
 
-    @operation("go_to")
-    def go_to(self, call: OperationCall) -> dict[str, str]:
-        files = self.files
-        raw = str(call.args["path"]).strip()
+    @operation
+    def go_to(self, path: str) -> dict[str, str]:
+        """Go to a directory or open a file: an absolute path, or one relative
+        to the current directory.
+        """
+        files = self.app
+        raw = path.strip()
         if not raw:
             raise ValueError(
                 "path is empty: give an absolute path or one relative to the current directory"
@@ -180,41 +157,50 @@ class BrowserView(View):
         return files.go(files.inside(files.cwd / raw, raw))
 
 
-class FileView(View):
+def _shown(entry: Entry) -> tuple[dict[str, Any], str]:
+    """An entry's ``data-value`` and its label."""
+    value: dict[str, Any] = {
+        "name": entry.name,
+        "path": entry.key,
+        "kind": "dir" if entry.is_dir else "file",
+    }
+    if entry.is_dir:
+        return value, f"{entry.name}/ (dir)"
+    value["size"] = entry.size
+    size = "size unknown" if entry.size is None else _size(entry.size)
+    return value, f"{entry.name} (file, {size})"
+
+
+class FileView(View["FilesApp"]):
     """The open file: the first :data:`PREVIEW_BYTES` as a code block, or why it is not shown."""
 
-    def render(self) -> str:
-        files = self.app
-        assert isinstance(files, FilesApp)
-        preview = files.preview
-        if preview is None:
-            return """
+    template = """
+{% set preview = app.preview %}
+{% if preview is none %}
 <article view="File" description="The open file">
   <h2>No File Open</h2>
   <p>Open a file from the Browser with open_entry.</p>
-</article>"""
-        facts = f"<li>Path: {escape(str(preview.path))}</li>"
-        if preview.error:
-            body = f"<p>This file cannot be read: {escape(preview.error)}</p>"
-        else:
-            facts += f"<li>Size: {_size(preview.size)}</li>"
-            if preview.binary:
-                body = "<p>This is a binary file; its content is not shown.</p>"
-            elif not preview.text:
-                body = "<p>This file is empty.</p>"
-            else:
-                shown = (
-                    f"<p>The first 4 KB of {_size(preview.size)}:</p>"
-                    if preview.size > PREVIEW_BYTES
-                    else ""
-                )
-                body = f"{shown}<pre><code>{escape(preview.text)}</code></pre>"
-        return f"""
+</article>
+{% else %}
 <article view="File" description="The first 4 KB of the open file">
-  <h2>{escape(preview.path.name)}</h2>
-  <ul>{facts}</ul>
-  {body}
-</article>"""
+  <h2>{{ preview.path.name }}</h2>
+  <ul><li>Path: {{ preview.path }}</li>
+  {%- if not preview.error %}<li>Size: {{ size(preview.size) }}</li>{% endif %}</ul>
+{% if preview.error %}
+  <p>This file cannot be read: {{ preview.error }}</p>
+{% elif preview.binary %}
+  <p>This is a binary file; its content is not shown.</p>
+{% elif not preview.text %}
+  <p>This file is empty.</p>
+{% else %}
+  {% if preview.size > limit %}<p>The first 4 KB of {{ size(preview.size) }}:</p>{% endif %}
+  <pre><code>{{ preview.text }}</code></pre>
+{% endif %}
+</article>
+{% endif %}"""
+
+    def context(self) -> Mapping[str, Any]:
+        return {"size": _size, "limit": PREVIEW_BYTES}
 
 
 class FilesApp(App):
@@ -228,10 +214,10 @@ class FilesApp(App):
         self.browser = BrowserView("browser")
         self.file_view = FileView("file")
 
-    def roots(self) -> list[View]:
+    def roots(self) -> list[View[Any]]:
         return [self.browser]
 
-    def resolve_view(self, key: str) -> View | None:
+    def resolve_view(self, key: str) -> View[Any] | None:
         return self.file_view if key == "file" else None
 
     def inside(self, path: Path, shown: str) -> Path:

@@ -8,25 +8,22 @@ so they need no ref.
 
 from __future__ import annotations
 
-import json
 import time
-from html import escape
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, Ref, View, operation
 
 #: Longest preview line shown in the list.
 PREVIEW_CHARS = 80
 #: Longest title a note may have.
 MAX_TITLE_CHARS = 200
 
+Note = dict[str, str]
+
 
 def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _json_attr(value: Any) -> str:
-    return escape(json.dumps(value, ensure_ascii=False), quote=True)
 
 
 def _preview(text: str) -> str:
@@ -35,120 +32,81 @@ def _preview(text: str) -> str:
     return line if len(line) <= PREVIEW_CHARS else line[: PREVIEW_CHARS - 1] + "…"
 
 
-def _paragraphs(text: str) -> str:
-    """``text`` as escaped paragraphs: blank lines separate them, line breaks are kept."""
-    blocks = [block for block in text.replace("\r\n", "\n").split("\n\n") if block.strip()]
-    return "".join(
-        "<p>" + "<br>".join(escape(line) for line in block.strip("\n").split("\n")) + "</p>"
-        for block in blocks
-    )
-
-
-class NotesView(View):
+class NotesView(View["NotesApp"]):
     """The root: every note, oldest first, with the operations that take a note as a ref."""
 
-    def render(self) -> str:
-        notes = self.notes_app
-        items = []
-        for note in notes.notes.values():
-            view = notes.view(f"note:{note['id']}")
-            assert view is not None
-            preview = _preview(note["text"])
-            value = {"id": note["id"], "title": note["title"], "preview": preview}
-            items.append(
-                f'<li key="{escape(note["id"])}" data-value="{_json_attr(value)}">'
-                f"{escape(note['title'])}<ul>"
-                f"<li>Preview: {escape(preview) or '(empty)'}</li>"
-                f"<li>Updated: {escape(note['updated'])}</li></ul>"
-                f"{self.link(view, note['title'], 'The full note, to read, edit or delete')}</li>"
-            )
-        body = (
-            f'<ul list="note[]:notes" title="Notes">{"".join(items)}</ul>'
-            if items
-            else "<p>No notes yet.</p>"
-        )
-        return f"""
+    template = """
 <section view="Notes" description="Your notes">
   <h2>Notes</h2>
-  {body}
-  <button operation="add_note" description="Add a note"
-          args='{{"title": "string", "text": "string"}}'>Add Note</button>
-  <button operation="edit_note" description="Replace a note's text, and its title if given"
-          args='{{"note": "note", "text": "string", "title?": "string"}}'>Edit Note</button>
-  <button operation="delete_note" description="Delete a note"
-          args='{{"note": "note"}}'>Delete Note</button>
+{% if notes %}
+  <ul list="note[]:notes" title="Notes">
+  {%- for note, preview in notes -%}
+    <li {{ view.item(note["id"], {"id": note["id"], "title": note["title"], "preview": preview}) }}>
+    {{- note["title"] }}<ul><li>Preview: {{ preview or "(empty)" }}</li>
+    <li>Updated: {{ note["updated"] }}</li></ul>
+    {{- view.link("note:" ~ note["id"], note["title"], "The full note, to read, edit or delete") -}}
+    </li>
+  {%- endfor -%}
+  </ul>
+{% else %}
+  <p>No notes yet.</p>
+{% endif %}
+  {{ view.buttons() }}
 </section>"""
 
-    @property
-    def notes_app(self) -> NotesApp:
-        assert isinstance(self.app, NotesApp)
-        return self.app
+    def context(self) -> Mapping[str, Any]:
+        return {"notes": [(note, _preview(note["text"])) for note in self.app.notes.values()]}
 
-    @operation("add_note")
-    def add_note(self, call: OperationCall) -> dict[str, str]:
-        return self.notes_app.add(str(call.args["title"]), str(call.args["text"]))
+    @operation
+    def add_note(self, title: str, text: str) -> Note:
+        """Add a note."""
+        return self.app.add(title, text)
 
-    @operation("edit_note")
-    def edit_note(self, call: OperationCall) -> dict[str, str]:
-        title = call.args.get("title")
-        return self.notes_app.edit(
-            _note_key(call), str(call.args["text"]), None if title is None else str(title)
-        )
+    @operation
+    def edit_note(self, note: Ref[Literal["note"]], text: str, title: str | None = None) -> Note:
+        """Replace a note's text, and its title if given."""
+        return self.app.edit(note.key, text, title)
 
-    @operation("delete_note")
-    def delete_note(self, call: OperationCall) -> dict[str, str]:
-        return self.notes_app.delete(_note_key(call))
+    @operation
+    def delete_note(self, note: Ref[Literal["note"]]) -> Note:
+        """Delete a note."""
+        return self.app.delete(note.key)
 
 
-def _note_key(call: OperationCall) -> str:
-    key = call.stable_keys.get("note")
-    if key is None:
-        raise ValueError("note must reference a note, e.g. notes[0]")
-    return str(key)
-
-
-class NoteView(View):
+class NoteView(View["NotesApp"]):
     """One note in full, with operations on that note."""
+
+    template = """
+{% if note is none %}
+<article view="Note" description="A deleted note">
+  <h2>Note deleted</h2>
+  <p>This note no longer exists; dismount this view.</p>
+</article>
+{% else %}
+<article view="Note" description="The full text of one note">
+  <h2>{{ note["title"] }}</h2>
+  <ul><li>Created: {{ note["created"] }}</li><li>Updated: {{ note["updated"] }}</li></ul>
+  {{ note["text"] | paragraphs or "<p>(This note is empty.)</p>" | safe }}
+  {{ view.buttons() }}
+</article>
+{% endif %}"""
 
     def __init__(self, key: str, note_id: str) -> None:
         super().__init__(key)
         self.note_id = note_id
 
-    def render(self) -> str:
-        notes = self.app
-        assert isinstance(notes, NotesApp)
-        note = notes.notes.get(self.note_id)
-        if note is None:
-            return """
-<article view="Note" description="A deleted note">
-  <h2>Note deleted</h2>
-  <p>This note no longer exists; dismount this view.</p>
-</article>"""
-        text = _paragraphs(note["text"]) or "<p>(This note is empty.)</p>"
-        return f"""
-<article view="Note" description="The full text of one note">
-  <h2>{escape(note["title"])}</h2>
-  <ul><li>Created: {escape(note["created"])}</li><li>Updated: {escape(note["updated"])}</li></ul>
-  {text}
-  <button operation="edit" description="Replace this note's text, and its title if given"
-          args='{{"text": "string", "title?": "string"}}'>Edit</button>
-  <button operation="delete" description="Delete this note">Delete</button>
-</article>"""
+    def context(self) -> Mapping[str, Any]:
+        return {"note": self.app.notes.get(self.note_id)}
 
-    @operation("edit")
-    def edit(self, call: OperationCall) -> dict[str, str]:
-        notes = self.app
-        assert isinstance(notes, NotesApp)
-        title = call.args.get("title")
-        return notes.edit(
-            self.note_id, str(call.args["text"]), None if title is None else str(title)
-        )
+    @operation
+    def edit(self, text: str, title: str | None = None) -> Note:
+        """Replace this note's text, and its title if given."""
+        return self.app.edit(self.note_id, text, title)
 
-    @operation("delete")
-    def delete(self, call: OperationCall) -> dict[str, str]:
-        notes = self.app
-        assert isinstance(notes, NotesApp)
-        return notes.delete(self.note_id)
+    @operation
+    def delete(self) -> Note:
+        """Delete this note."""
+        return self.app.delete(self.note_id)
 
 
 class NotesApp(App):
@@ -156,20 +114,20 @@ class NotesApp(App):
 
     def __init__(self) -> None:
         super().__init__()
-        self.notes: dict[str, dict[str, str]] = {}
+        self.notes: dict[str, Note] = {}
         self.next_id = 1
         self.root = NotesView("notes")
 
-    def roots(self) -> list[View]:
+    def roots(self) -> list[View[Any]]:
         return [self.root]
 
-    def resolve_view(self, key: str) -> View | None:
+    def resolve_view(self, key: str) -> View[Any] | None:
         kind, _, note_id = key.partition(":")
         if kind == "note" and note_id in self.notes:
             return NoteView(key, note_id)
         return None
 
-    def add(self, title: str, text: str) -> dict[str, str]:
+    def add(self, title: str, text: str) -> Note:
         """Add a note; returns it."""
         now = _now()
         note = {
@@ -183,7 +141,7 @@ class NotesApp(App):
         self.notes[note["id"]] = note
         return note
 
-    def edit(self, note_id: str, text: str, title: str | None = None) -> dict[str, str]:
+    def edit(self, note_id: str, text: str, title: str | None = None) -> Note:
         """Replace a note's text (and title, when given); returns the note."""
         note = self._note(note_id)
         if title is not None:
@@ -192,13 +150,13 @@ class NotesApp(App):
         note["updated"] = _now()
         return note
 
-    def delete(self, note_id: str) -> dict[str, str]:
+    def delete(self, note_id: str) -> Note:
         """Remove a note; returns it."""
         note = self._note(note_id)
         del self.notes[note_id]
         return note
 
-    def _note(self, note_id: str) -> dict[str, str]:
+    def _note(self, note_id: str) -> Note:
         note = self.notes.get(note_id)
         if note is None:
             raise LookupError(f"note {note_id!r} no longer exists; read the Notes list again")

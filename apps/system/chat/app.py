@@ -8,162 +8,129 @@ The user's side posts into the "User" conversation with ``aotui say TEXT``.
 from __future__ import annotations
 
 import time
-from html import escape
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, OperationCall, Ref, View, operation
 
 AGENT = "Agent"
+
+Message = dict[str, str]
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _json_attr(value: Any) -> str:
-    import json
-
-    return escape(json.dumps(value, ensure_ascii=False), quote=True)
-
-
-class Navigation(View):
+class Navigation(View["ChatApp"]):
     """The root: where conversations and contacts are."""
 
-    def render(self) -> str:
-        chat = self.chat
-        unread = sum(c["unread"] for c in chat.conversations.values())
-        return f"""
+    template = """
 <nav view="Navigation" description="Where to go in the chat app">
   <h2>Navigation</h2>
   <ul>
-    <li{self.link_attrs(chat.conversations_view, "Your conversations")}>Conversations
-      <ul><li>Unread Messages: {unread}</li></ul></li>
-    <li{self.link_attrs(chat.contacts_view, "People you can talk to")}>Contacts</li>
+    <li{{ view.link_attrs(app.conversations_view, "Your conversations") }}>Conversations
+      <ul><li>Unread Messages: {{ unread }}</li></ul></li>
+    <li{{ view.link_attrs(app.contacts_view, "People you can talk to") }}>Contacts</li>
   </ul>
 </nav>"""
 
-    @property
-    def chat(self) -> ChatApp:
-        assert isinstance(self.app, ChatApp)
-        return self.app
+    def context(self) -> Mapping[str, Any]:
+        return {"unread": sum(c["unread"] for c in self.app.conversations.values())}
 
 
-class Conversations(View):
+class Conversations(View["ChatApp"]):
     """Every conversation with its last message and unread count."""
 
-    def render(self) -> str:
-        chat = self.app
-        assert isinstance(chat, ChatApp)
-        items = []
-        for conv_id, conv in chat.conversations.items():
-            last = conv["messages"][-1]["text"] if conv["messages"] else "(no messages)"
-            view = chat.view(f"conversation:{conv_id}")
-            assert view is not None
-            details = [f"<li>Type: {escape(conv['type'])}</li>"]
-            if conv.get("description"):
-                details.insert(0, f"<li>Description: {escape(conv['description'])}</li>")
-            details += [
-                f"<li>Last Message: {escape(last)}</li>",
-                f"<li>Unread Message Count: {conv['unread']}</li>",
-            ]
-            items.append(
-                f"<li{self.link_attrs(view)}>{escape(conv['title'])}<ul>{''.join(details)}</ul></li>"
-            )
-        return f"""
+    template = """
 <section view="Conversations" description="All conversations">
   <h2>Conversations</h2>
-  <ul>{"".join(items)}</ul>
+  <ul>
+  {%- for conv_id, conv in app.conversations.items() -%}
+    <li{{ view.link_attrs("conversation:" ~ conv_id) }}>{{ conv["title"] }}<ul>
+    {%- if "description" in conv and conv["description"] -%}
+      <li>Description: {{ conv["description"] }}</li>
+    {%- endif -%}
+    <li>Type: {{ conv["type"] }}</li>
+    <li>Last Message:
+      {{ conv["messages"][-1]["text"] if conv["messages"] else "(no messages)" }}</li>
+    <li>Unread Message Count: {{ conv["unread"] }}</li></ul></li>
+  {%- endfor -%}
+  </ul>
 </section>"""
 
 
-class Contacts(View):
+class Contacts(View["ChatApp"]):
     """People the agent can talk to."""
 
-    def render(self) -> str:
-        chat = self.app
-        assert isinstance(chat, ChatApp)
-        items = "".join(
-            f'<li key="{escape(c["id"])}" data-value="{_json_attr(c)}">{escape(c["name"])}'
-            f"<ul><li>Email: {escape(c['email'])}</li></ul></li>"
-            for c in chat.contacts
-        )
-        return f"""
+    template = """
 <section view="Contacts" description="People you can talk to">
   <h2>Contacts</h2>
-  <ul list="user[]:contacts" title="Contacts">{items}</ul>
+  <ul list="user[]:contacts" title="Contacts">
+  {%- for c in app.contacts -%}
+    <li {{ view.item(c["id"], c) }}>{{ c["name"] }}<ul><li>Email: {{ c["email"] }}</li></ul></li>
+  {%- endfor -%}
+  </ul>
 </section>"""
 
 
-class Conversation(View):
+class Conversation(View["ChatApp"]):
     """One conversation: profile, message history, send and reply."""
+
+    template = """
+{% set group = conv["type"] == "Group Chat" %}
+<section view="{{ conv["title"] }}" description="Conversation with {{ conv["title"] }}">
+  <h2>{{ "Group Chat Detail" if group else "Private Chat Detail" }}</h2>
+{% if group %}
+  <h3>Group Profile</h3><ul><li>Name: {{ conv["title"] }}</li>
+  <li>Description: {{ conv.get("description", "") }}</li></ul>
+{% else %}
+  <h3>Peer Profile</h3><ul><li>Name: {{ conv["title"] }}</li>
+  <li>Email: {{ conv.get("email", "") }}</li></ul>
+{% endif %}
+  <ol list="message[]:message_history" title="Message History">
+  {%- for msg in conv["messages"] -%}
+    <li {{ view.item(msg["id"], {"id": msg["id"], "sender": msg["sender"], "text": msg["text"]}) }}>
+    {{- msg["text"] }}<ul>
+    {%- if group or msg["sender"] == agent %}<li>Sender: {{ msg["sender"] }}</li>{% endif -%}
+    <li>Time Stamp: {{ msg["time"] }}</li>
+    {%- if "reply_to" in msg and msg["reply_to"] -%}
+      <li>Reply To: {{ msg["reply_to"] }}</li>
+    {%- endif -%}
+    <li>Content: {{ msg["text"] }}</li></ul></li>
+  {%- endfor -%}
+  </ol>
+  {{ view.buttons() }}
+</section>"""
 
     def __init__(self, key: str, conv_id: str) -> None:
         super().__init__(key)
         self.conv_id = conv_id
 
-    @property
-    def conv(self) -> dict[str, Any]:
-        chat = self.app
-        assert isinstance(chat, ChatApp)
-        conversation: dict[str, Any] = chat.conversations[self.conv_id]
-        return conversation
+    def context(self) -> Mapping[str, Any]:
+        return {"conv": self.app.conversations[self.conv_id], "agent": AGENT}
 
-    def render(self) -> str:
-        conv = self.conv
-        conv["unread"] = 0
-        group = conv["type"] == "Group Chat"
-        messages = []
-        for msg in conv["messages"]:
-            details = []
-            if group or msg["sender"] == AGENT:
-                details.append(f"<li>Sender: {escape(msg['sender'])}</li>")
-            details.append(f"<li>Time Stamp: {escape(msg['time'])}</li>")
-            if msg.get("reply_to"):
-                details.append(f"<li>Reply To: {escape(msg['reply_to'])}</li>")
-            details.append(f"<li>Content: {escape(msg['text'])}</li>")
-            value = {"id": msg["id"], "sender": msg["sender"], "text": msg["text"]}
-            messages.append(
-                f'<li key="{escape(msg["id"])}" data-value="{_json_attr(value)}">'
-                f"{escape(msg['text'])}<ul>{''.join(details)}</ul></li>"
-            )
-        if group:
-            profile = (
-                f"<h3>Group Profile</h3><ul><li>Name: {escape(conv['title'])}</li>"
-                f"<li>Description: {escape(conv.get('description', ''))}</li></ul>"
-            )
-        else:
-            profile = (
-                f"<h3>Peer Profile</h3><ul><li>Name: {escape(conv['title'])}</li>"
-                f"<li>Email: {escape(conv.get('email', ''))}</li></ul>"
-            )
-        heading = "Group Chat Detail" if group else "Private Chat Detail"
-        return f"""
-<section view="{escape(conv["title"])}" description="Conversation with {escape(conv["title"])}">
-  <h2>{heading}</h2>
-  {profile}
-  <ol list="message[]:message_history" title="Message History">{"".join(messages)}</ol>
-  <button operation="send_message" description="Send a message"
-          args='{{"content": "string"}}'>Send Message</button>
-  <button operation="reply_message" description="Reply to a message"
-          args='{{"message_to_be_replied": "message", "content": "string"}}'>Reply Message</button>
-</section>"""
+    def on_mount(self) -> None:
+        # Mounted, the conversation is in front of the agent: nothing in it is unread. (This
+        # used to happen in render(), which must not change state.)
+        self.app.reading(self.conv_id, True)
 
-    @operation("send_message")
-    def send_message(self, call: OperationCall) -> dict[str, str]:
-        chat = self.app
-        assert isinstance(chat, ChatApp)
-        return chat.post(self.conv_id, AGENT, str(call.args["content"]))
+    def on_dismount(self) -> None:
+        self.app.reading(self.conv_id, False)
 
-    @operation("reply_message")
-    def reply_message(self, call: OperationCall) -> dict[str, str]:
-        chat = self.app
-        assert isinstance(chat, ChatApp)
-        replied = call.stable_keys.get("message_to_be_replied")
-        if replied is None:
-            raise ValueError(
-                "message_to_be_replied must reference a message, e.g. message_history[0]"
-            )
-        return chat.post(self.conv_id, AGENT, str(call.args["content"]), reply_to=str(replied))
+    @operation
+    def send_message(self, content: str) -> Message:
+        """Send a message."""
+        return self.app.add_message(self.conv_id, AGENT, content)
+
+    @operation
+    def reply_message(
+        self, message_to_be_replied: Ref[Literal["message"]], content: str
+    ) -> Message:
+        """Reply to a message."""
+        return self.app.add_message(
+            self.conv_id, AGENT, content, reply_to=message_to_be_replied.key
+        )
 
 
 def _seed() -> dict[str, dict[str, Any]]:
@@ -210,17 +177,27 @@ class ChatApp(App):
         self.navigation = Navigation("navigation")
         self.conversations_view = Conversations("conversations")
         self.contacts_view = Contacts("contacts")
+        #: The conversations whose view is mounted: the agent sees their messages as they come.
+        self.open: set[str] = set()
 
-    def roots(self) -> list[View]:
+    def roots(self) -> list[View[Any]]:
         return [self.navigation]
 
-    def resolve_view(self, key: str) -> View | None:
+    def resolve_view(self, key: str) -> View[Any] | None:
         if key.startswith("conversation:") and key.split(":", 1)[1] in self.conversations:
             return Conversation(key, key.split(":", 1)[1])
         fixed = {"conversations": self.conversations_view, "contacts": self.contacts_view}
         return fixed.get(key)
 
-    def post(self, conv_id: str, sender: str, text: str, reply_to: str = "") -> dict[str, str]:
+    def reading(self, conv_id: str, mounted: bool) -> None:
+        """Note whether a conversation is in front of the agent; mounting it marks it read."""
+        if mounted:
+            self.open.add(conv_id)
+            self.conversations[conv_id]["unread"] = 0
+        else:
+            self.open.discard(conv_id)
+
+    def add_message(self, conv_id: str, sender: str, text: str, reply_to: str = "") -> Message:
         """Append a message; returns it."""
         if not text.strip():
             raise ValueError("a message needs some text")
@@ -230,14 +207,14 @@ class ChatApp(App):
         self.next_id += 1
         conv = self.conversations[conv_id]
         conv["messages"].append(message)
-        if sender != AGENT:
+        if sender != AGENT and conv_id not in self.open:
             conv["unread"] += 1
         return message
 
     def handle_event(self, call: OperationCall) -> Any:
         if call.operation != "user_message":
             return super().handle_event(call)
-        return self.post("user", "User", str(call.args.get("text", "")))
+        return self.add_message("user", "User", str(call.args.get("text", "")))
 
     def serialize(self) -> Any:
         return {"conversations": self.conversations, "next_id": self.next_id}

@@ -7,93 +7,65 @@ tag, plus ``record_thought``, ``delete_thought`` and ``clear_thoughts``. Only th
 
 from __future__ import annotations
 
-import json
 import time
-from html import escape
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, Ref, View, operation
 
 #: How many thoughts are kept; recording one more drops the oldest.
 MAX_THOUGHTS = 200
 #: Longest thought text copied into an item's ``data-value`` (the limit is 10 KB).
 VALUE_TEXT_CHARS = 500
 
+Thought = dict[str, str]
+
 
 def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _json_attr(value: Any) -> str:
-    return escape(json.dumps(value, ensure_ascii=False), quote=True)
-
-
-def _lines(text: str) -> str:
-    """``text`` escaped, its line breaks kept as ``<br>``."""
-    return "<br>".join(escape(line) for line in text.splitlines())
-
-
-class ThoughtsView(View):
+class ThoughtsView(View["ThoughtRecorder"]):
     """The root: every kept thought, oldest first."""
 
-    def render(self) -> str:
-        thoughts = self.recorder.thoughts
-        items = []
-        for thought in thoughts:
-            details = [f"<li>Time: {escape(thought['time'])}</li>"]
-            if thought.get("tag"):
-                details.append(f"<li>Tag: {escape(thought['tag'])}</li>")
-            value = {
-                "id": thought["id"],
-                "text": thought["text"][:VALUE_TEXT_CHARS],
-                "tag": thought.get("tag", ""),
-                "time": thought["time"],
-            }
-            items.append(
-                f'<li key="{escape(thought["id"])}" data-value="{_json_attr(value)}">'
-                f"{_lines(thought['text'])}<ul>{''.join(details)}</ul></li>"
-            )
-        dropped = self.recorder.dropped
-        note = f"Only the newest {MAX_THOUGHTS} thoughts are kept; newest last."
-        if dropped:
-            note += f" {dropped} older thought{'s' if dropped != 1 else ''} dropped."
-        body = (
-            f'<ol list="thought[]:thoughts" title="Thoughts">{"".join(items)}</ol>'
-            if items
-            else "<p>No thoughts recorded yet.</p>"
-        )
-        return f"""
+    template = """
 <section view="Thoughts" description="Your scratchpad of reasoning">
   <h2>Thoughts</h2>
-  <p>{note}</p>
-  {body}
-  <button operation="record_thought" description="Write down a thought, optionally tagged"
-          args='{{"text": "string", "tag?": "string"}}'>Record Thought</button>
-  <button operation="delete_thought" description="Delete one thought"
-          args='{{"thought": "thought"}}'>Delete Thought</button>
-  <button operation="clear_thoughts" description="Delete every thought">Clear Thoughts</button>
+  <p>Only the newest {{ limit }} thoughts are kept; newest last.
+  {%- if app.dropped %} {{ app.dropped }} older {{ "thought" if app.dropped == 1 else "thoughts" }}
+  {#- #} dropped.{% endif %}</p>
+{% if app.thoughts %}
+  <ol list="thought[]:thoughts" title="Thoughts">
+  {%- for t in app.thoughts -%}
+    <li {{ view.item(t["id"], {"id": t["id"], "text": t["text"][:value_chars],
+                               "tag": t["tag"] if "tag" in t else "", "time": t["time"]}) }}>
+    {{- t["text"] | lines }}<ul><li>Time: {{ t["time"] }}</li>
+    {%- if "tag" in t and t["tag"] %}<li>Tag: {{ t["tag"] }}</li>{% endif %}</ul></li>
+  {%- endfor -%}
+  </ol>
+{% else %}
+  <p>No thoughts recorded yet.</p>
+{% endif %}
+  {{ view.buttons() }}
 </section>"""
 
-    @property
-    def recorder(self) -> ThoughtRecorder:
-        assert isinstance(self.app, ThoughtRecorder)
-        return self.app
+    def context(self) -> Mapping[str, Any]:
+        return {"limit": MAX_THOUGHTS, "value_chars": VALUE_TEXT_CHARS}
 
-    @operation("record_thought")
-    def record_thought(self, call: OperationCall) -> dict[str, str]:
-        tag = call.args.get("tag")
-        return self.recorder.record(str(call.args["text"]), str(tag) if tag else "")
+    @operation
+    def record_thought(self, text: str, tag: str = "") -> Thought:
+        """Write down a thought, optionally tagged."""
+        return self.app.record(text, tag)
 
-    @operation("delete_thought")
-    def delete_thought(self, call: OperationCall) -> dict[str, str]:
-        key = call.stable_keys.get("thought")
-        if key is None:
-            raise ValueError("thought must reference a thought, e.g. thoughts[0]")
-        return self.recorder.delete(str(key))
+    @operation
+    def delete_thought(self, thought: Ref[Literal["thought"]]) -> Thought:
+        """Delete one thought."""
+        return self.app.delete(thought.key)
 
-    @operation("clear_thoughts")
-    def clear_thoughts(self, call: OperationCall) -> dict[str, int]:
-        return self.recorder.clear()
+    @operation
+    def clear_thoughts(self) -> dict[str, int]:
+        """Delete every thought."""
+        return self.app.clear()
 
 
 class ThoughtRecorder(App):
@@ -101,15 +73,15 @@ class ThoughtRecorder(App):
 
     def __init__(self) -> None:
         super().__init__()
-        self.thoughts: list[dict[str, str]] = []
+        self.thoughts: list[Thought] = []
         self.next_id = 1
         self.dropped = 0
         self.root = ThoughtsView("thoughts")
 
-    def roots(self) -> list[View]:
+    def roots(self) -> list[View[Any]]:
         return [self.root]
 
-    def record(self, text: str, tag: str = "") -> dict[str, str]:
+    def record(self, text: str, tag: str = "") -> Thought:
         """Append a thought, dropping the oldest past :data:`MAX_THOUGHTS`; returns it."""
         if not text.strip():
             raise ValueError("a thought needs some text")
@@ -124,7 +96,7 @@ class ThoughtRecorder(App):
             self.dropped += excess
         return thought
 
-    def delete(self, thought_id: str) -> dict[str, str]:
+    def delete(self, thought_id: str) -> Thought:
         """Remove the thought with ``thought_id``; returns it."""
         for index, thought in enumerate(self.thoughts):
             if thought["id"] == thought_id:
