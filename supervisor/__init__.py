@@ -6,7 +6,7 @@
 - :mod:`supervisor.snapshot` — assembling the Markdown snapshot from cached fragments.
 - :mod:`supervisor.registry`, :mod:`supervisor.lease`, :mod:`supervisor.throttle` — snapshot ids,
   the input lease, signal throttling (all with an injectable clock); :mod:`supervisor.stall` —
-  time the supervisor itself did not run.
+  time the supervisor itself did not run; :mod:`supervisor.sessions` — each reader's last pull.
 - :mod:`supervisor.launcher` / :mod:`supervisor.worker_handle` — starting workers, their channels.
 - :mod:`supervisor.state`, :mod:`supervisor.store` — the durable desktop; its faults told apart
   (:mod:`~supervisor.store_faults`), one supervisor per store (:mod:`~supervisor.store_lock`),

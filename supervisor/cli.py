@@ -55,8 +55,24 @@ def _client(args: argparse.Namespace, timeout_s: float = 30.0) -> Client:
 def _emit(args: argparse.Namespace, result: Any, text: str | None = None) -> None:
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
-    elif text is not None:
+    elif text is not None and not getattr(args, "quiet", False):
         print(text)
+
+
+def _reader(args: argparse.Namespace) -> dict[str, Any]:
+    """The session (``--session``/``AOTUI_SESSION``) and lease token a pull or execute speaks for.
+
+    Without a session, the lease owner's (proved by ``--token``/``AOTUI_LEASE_TOKEN``) is used.
+    """
+    session = args.session or os.environ.get("AOTUI_SESSION") or None
+    token = args.token or os.environ.get("AOTUI_LEASE_TOKEN") or None
+    return {key: value for key, value in (("session", session), ("token", token)) if value}
+
+
+NO_SESSION = (
+    "aotui: no session: refs (list[i]) resolve against the desktop's latest snapshot, whoever "
+    "pulled it; set AOTUI_SESSION=NAME (or --session NAME), or hold the lease (aotui acquire)"
+)
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -277,23 +293,31 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """Print the desktop snapshot."""
+    reader = _reader(args)
     with _client(args) as client:
-        result = client.call("snapshot")
+        result = client.call("snapshot", include_meta=args.include_meta, **reader)
     if args.json:
         _emit(args, result)
     else:
         sys.stdout.write(result["markdown"])
         sys.stdout.flush()
-        if not args.plain:
+        if not args.plain and not args.quiet:
             print(f"[snapshot {result['snapshot_id']}]", file=sys.stderr)
+            if "meta" in result:
+                print(json.dumps(result["meta"], ensure_ascii=False), file=sys.stderr)
+            if not reader:
+                print(NO_SESSION, file=sys.stderr)
     return 0
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    """Run an agent message from the argument or stdin."""
+    """Run an agent message from the argument or stdin (refs resolve in the caller's session)."""
     text = args.text if args.text is not None else sys.stdin.read()
+    reader = _reader(args)
+    if not reader and "execute" in text and not args.snapshot and not args.quiet:
+        print(NO_SESSION, file=sys.stderr)  # only operations take refs
     with _client(args) as client:
-        result = client.execute(text, snapshot_id=args.snapshot)
+        result = client.call("execute", text=text, snapshot_id=args.snapshot, **reader)
     _emit(args, result, f"ok: {result['ran']} command(s) ran")
     return 0
 
@@ -380,6 +404,17 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--socket", default=None, help="runtime directory (default $AOTUI_SOCKET, XDG, /tmp)"
     )
+    common.add_argument(
+        "--session",
+        default=None,
+        help="the reader whose last snapshot refs resolve against (default $AOTUI_SESSION)",
+    )
+    common.add_argument(
+        "--token", default=None, help="input-lease token to present (default $AOTUI_LEASE_TOKEN)"
+    )
+    common.add_argument(
+        "-q", "--quiet", action="store_true", help="print only results (no notes on stderr)"
+    )
     parser = _Parser(
         prog="aotui",
         description="A text desktop for LLM agents: apps in sandboxed workers, one Markdown view.",
@@ -404,6 +439,11 @@ def build_parser() -> argparse.ArgumentParser:
     parsers["install"].add_argument("app_dir", help="directory holding aoapp.json")
     parsers["uninstall"].add_argument("app", help="app_N or manifest id")
     parsers["snapshot"].add_argument("--plain", action="store_true", help="only the Markdown")
+    parsers["snapshot"].add_argument(
+        "--include-meta",
+        action="store_true",
+        help="also the snapshot id, time, session, lease holder and per-app state",
+    )
     parsers["exec"].add_argument("text", nargs="?", help="agent message; stdin when omitted")
     parsers["exec"].add_argument("--snapshot", help="snapshot id refs resolve against")
     parsers["logs"].add_argument("app", help="app_N (or manifest id, if the desktop runs)")

@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import zmq
@@ -38,6 +38,7 @@ from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop import Desktop
 from aotui.supervisor.lease import InputLease
 from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
+from aotui.supervisor.sessions import SessionTable, check_session_name
 from aotui.supervisor.snapshot import RefTable
 from aotui.supervisor.throttle import SignalThrottle
 
@@ -46,6 +47,16 @@ __all__ = ["Supervisor"]
 log = logging.getLogger("aotui.supervisor")
 
 Method = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class Service(Protocol):
+    """Something served beside the control socket (the product layer's JSON-RPC socket)."""
+
+    async def start(self) -> None:
+        """Begin serving; called once the desktop has started."""
+
+    async def stop(self) -> None:
+        """Stop serving and remove what ``start`` created; called before the desktop stops."""
 
 
 class Supervisor:
@@ -62,6 +73,12 @@ class Supervisor:
         self.signal_wake = asyncio.Event()
         self.app_locks: dict[str, asyncio.Lock] = {}
         self.processes: dict[int, psutil.Process] = {}
+        #: Which snapshot each reader last pulled (refs resolve against it; CONTRACT §6).
+        self.sessions = SessionTable()
+        #: Called with the reason of every change, before the throttle (wait-for's quiet time).
+        self.change_listeners: list[Callable[[str], None]] = []
+        #: Served beside the control socket while the desktop runs (added before ``serve``).
+        self.services: list[Service] = []
         self.methods: dict[str, Method] = {
             "ping": self.ping,
             "snapshot": self.snapshot,
@@ -128,8 +145,15 @@ class Supervisor:
                 loop.create_task(self._serve_control()),
                 loop.create_task(self._publish_trailing()),
             ]
+            for service in self.services:
+                await service.start()
             await self.stopping.wait()
         finally:
+            for service in reversed(self.services):
+                try:
+                    await service.stop()
+                except Exception:
+                    log.error("stopping %r failed: %s", service, traceback.format_exc())
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -185,6 +209,8 @@ class Supervisor:
 
     def changed(self, reason: str) -> None:
         """Something on the desktop changed: publish now or hold for the trailing edge."""
+        for listener in self.change_listeners:
+            listener(reason)
         burst = self.throttle.offer(reason)
         if burst is not None:
             self._publish(*burst)
@@ -215,12 +241,61 @@ class Supervisor:
         return {"pid": os.getpid(), "desktop": self.config.desktop}
 
     async def snapshot(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Assemble the desktop; optionally release the caller's previous snapshot id."""
+        """Assemble the desktop; optionally release the caller's previous snapshot id.
+
+        With a ``session`` (or the lease's ``token``) the new id becomes that session's last
+        pull, which its executes resolve refs against; ``include_meta`` adds ``meta``.
+        """
         previous = params.get("release")
         if isinstance(previous, str):
             self.desktop.registry.discard(previous)
+        session = self._session(params)
         snapshot_id, snap = self.desktop.snapshot()
-        return {"snapshot_id": snapshot_id, "markdown": snap.markdown}
+        if session is not None:
+            held = self.sessions.pulled(session, snapshot_id)
+            if held is not None and held != previous:
+                self.desktop.registry.discard(held)
+        result: dict[str, Any] = {"snapshot_id": snapshot_id, "markdown": snap.markdown}
+        if params.get("include_meta"):
+            result["meta"] = self._meta(snapshot_id, session)
+        return result
+
+    def _session(self, params: dict[str, Any]) -> str | None:
+        """The reader a request speaks for: its ``session``, else the lease owner its token proves.
+
+        Names the desktop gives itself start with ``#`` (a JSON-RPC connection's, unguessable) or
+        ``~`` (a lease owner's, which only the lease's token selects).
+        """
+        named = params.get("session")
+        if named is not None:
+            if isinstance(named, str) and named.startswith("#") and len(named) <= 64:
+                return named
+            return check_session_name(named)
+        token = _token(params)
+        owner = self.lease.owner
+        if token and owner is not None:
+            with contextlib.suppress(AotuiError):
+                self.lease.check(token)
+                return f"~{owner}"
+        return None
+
+    def _meta(self, snapshot_id: str, session: str | None) -> dict[str, Any]:
+        """What a snapshot was taken from: id, time, session, lease holder, per-app state."""
+        return {
+            "snapshot_id": snapshot_id,
+            "time": time.time(),
+            "session": session,
+            "lease_owner": self.lease.owner,
+            "apps": [
+                {
+                    "app": app.app_id,
+                    "id": app.manifest.id,
+                    "name": app.name,
+                    "state": app.status.value,
+                }
+                for app in self.desktop.apps
+            ],
+        }
 
     async def retain_snapshot(self, params: dict[str, Any]) -> None:
         """Take one more reference on a snapshot id."""
@@ -254,10 +329,15 @@ class Supervisor:
         else:
             commands = parse_commands(_text(params, "text"))
         snapshot_id = requested_id or commands[0].snapshot_id
+        session = self._session(params)
+        if snapshot_id is None and session is not None:
+            # Never another reader's pull (CONTRACT §6); a session that pulled nothing yet
+            # resolves against the views as they are now.
+            snapshot_id = self.sessions.last(session)
         refs: RefTable | None = None
         if isinstance(snapshot_id, str):
             refs = self.desktop.registry.get(snapshot_id)
-        elif self.desktop.registry.latest is not None:
+        elif session is None and self.desktop.registry.latest is not None:
             with contextlib.suppress(AotuiError):
                 refs = self.desktop.registry.get(self.desktop.registry.latest)
         results: list[Any] = []
