@@ -58,6 +58,7 @@ from aotui.supervisor.watchdog import Watchdog
 from aotui.supervisor.worker_handle import (
     LOG_LINES_PER_S,
     MAX_WORKER_FRAME,
+    WORKER_QUEUE_FRAMES,
     WorkerHandle,
     describe_exit,
 )
@@ -272,6 +273,8 @@ class AppRunner:
             sock.setsockopt(zmq.LINGER, 0)
             # Refused by ZeroMQ before it allocates (options apply to connections made after).
             sock.setsockopt(zmq.MAXMSGSIZE, MAX_WORKER_FRAME)
+            # What ZeroMQ queues for us before we read is the worker's to wait for, not ours.
+            sock.setsockopt(zmq.RCVHWM, WORKER_QUEUE_FRAMES)
             sock.connect(endpoint)
             handle = WorkerHandle(
                 app.app_id, endpoint, sock, self._message, self._violation, BROKER_THREADS_PER_APP

@@ -33,7 +33,7 @@ __all__ = [
 #: Fragments one app incarnation may keep cached in the supervisor…
 MAX_FRAGMENTS = 256
 #: …holding at most this many bytes together (each charged the frame that carried it)…
-MAX_FRAGMENT_BYTES = 16 << 20
+MAX_FRAGMENT_BYTES = 8 << 20
 #: …and view ids it may make the supervisor hand out (ids are kept for the app's life).
 MAX_VIEW_IDS = 4096
 

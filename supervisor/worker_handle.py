@@ -42,11 +42,14 @@ from aotui.protocol.messages import (
 )
 from aotui.protocol.structure import sanitize
 
-__all__ = ["WorkerHandle", "describe_exit"]
+__all__ = ["MAX_WORKER_FRAME", "WORKER_QUEUE_FRAMES", "WorkerHandle", "describe_exit"]
 
 #: Largest frame a worker may send (the codec's one frame-size limit); anything bigger is refused
 #: by ZeroMQ before it allocates, and is a protocol violation.
 MAX_WORKER_FRAME = codec.MAX_FRAME_BYTES
+#: Frames ZeroMQ may hold for us before we read them (``ZMQ_RCVHWM``): past that the worker's
+#: sends wait, so a burst costs the supervisor at most this many frames of MAX_WORKER_FRAME.
+WORKER_QUEUE_FRAMES = 4
 #: Error codes a worker may answer with; any other becomes ``E_APP_ERROR`` (a worker cannot
 #: say the desktop is locked, stale or broken).
 WORKER_ERROR_CODES = frozenset(
