@@ -2,7 +2,8 @@
 
 Start path (forked by :mod:`sandbox.zygote`): the zygote's child closes every inherited descriptor
 and calls :func:`run_worker`, which applies confinement (:func:`sandbox.confine.confine`) **before**
-the app's entry module is imported, then creates its own ZeroMQ context and connects to its channel.
+the app's entry module is imported, then creates its own ZeroMQ context and binds its channel on
+the listening descriptor the supervisor passed down (the supervisor connects).
 
 Protocol on the channel (a PAIR socket, one per worker incarnation): the supervisor sends
 :class:`~protocol.messages.Start`; the worker loads the app, restores state, mounts its root views
