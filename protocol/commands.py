@@ -153,6 +153,8 @@ class Command:
             out["view"] = self.view_id
         if self.snapshot_id is not None:
             out["snapshot_id"] = self.snapshot_id
+        if self.args.get("fresh") is True:
+            out["fresh"] = True
         return out
 
     @classmethod
@@ -186,7 +188,12 @@ class Command:
         if action in VIEW_ACTIONS:
             view_id = _read_id(obj, "view")
             return cls(action, view_id, app_id, view_id, ArgValues(), snapshot_id)
-        return cls(action, app_id, app_id, None, ArgValues(), snapshot_id)
+        fresh = obj.get("fresh", False)
+        if not isinstance(fresh, bool):
+            message = f"field 'fresh' must be true or false, not {show_value(fresh)}"
+            raise invalid_cmd(message, field="fresh")
+        values = ArgValues({"fresh": True} if fresh else {})
+        return cls(action, app_id, app_id, None, values, snapshot_id)
 
 
 _ALLOWED_KEYS: dict[Action, frozenset[str]] = {
@@ -194,6 +201,7 @@ _ALLOWED_KEYS: dict[Action, frozenset[str]] = {
         {"action", "app", "snapshot_id"}
         | ({"view"} if action in VIEW_ACTIONS else set())
         | ({"view", "operation", "args"} if action is Action.EXECUTE else set())
+        | ({"fresh"} if action is Action.OPEN_APPLICATION else set())
     )
     for action in Action
 }

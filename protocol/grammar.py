@@ -364,6 +364,8 @@ def _build_command(
         wanted, got = (f"{_ARTICLE[n]} {n}" for n in (nouns[0], noun))
         raise _error(where, head.pos, f"{verb} takes {wanted}, not {got}: {COMMAND_FORMS[verb]}")
     target = _check_id(args.pop(key, None), f"--{key}", verb, head.pos, where)
+    # open --fresh: start without the saved state (the way back for an app whose state breaks it).
+    fresh = verb == "open" and noun == "application" and args.pop("fresh", None) is True
     if args:
         extra = next(iter(args))
         raise _error(
@@ -371,7 +373,7 @@ def _build_command(
         )
     action = _ACTIONS[verb, noun]
     if noun == "application":
-        return Command(action, target, target, None, ArgValues())
+        return Command(action, target, target, None, ArgValues({"fresh": True} if fresh else {}))
     if app_id is None:
         form = f'<context app_id="app_0">{verb} --view {_clip(target)}</context>'
         raise _error(where, head.pos, f"{verb} needs app_id on its context: {form}", verb)

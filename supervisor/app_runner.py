@@ -230,8 +230,13 @@ class AppRunner:
         if uid is not None and self.uids is not None:
             self.uids.release(uid)
 
-    async def open(self, app: AppRecord) -> None:
-        """Start a worker for ``app`` and wait for its first views."""
+    async def open(self, app: AppRecord, fresh: bool = False) -> None:
+        """Start a worker for ``app`` and wait for its first views.
+
+        ``fresh`` starts it without its saved state (which is discarded): the way back for an app
+        whose stored state keeps it from starting. A start that fails leaves the app ``failed``
+        with the reason in ``last_exit`` and System Logs.
+        """
         if app.is_live:
             if app.status is AppStatus.COLLAPSED:
                 app.transition(AppStatus.RUNNING)
@@ -250,21 +255,28 @@ class AppRunner:
         restarting = app.status is AppStatus.RESTARTING
         if app.status is AppStatus.FAILED:
             app.restart_tracker.reset()
+        if fresh:
+            app.saved_state = None
+            app.restore_views = []
+            self.log(f"{app.name} starts without its saved state (open --fresh).", app.app_id)
         app.transition(AppStatus.STARTING)
         # The channel: a listening socket only this worker holds (ZeroMQ binds on it with
         # ZMQ_USE_FD), at a fresh path in our 0700 directory; we connect to it. Identity is
         # the socket a frame arrives on, never what the frame says.
         path = self.paths.workers / f"{app.app_id}-{secrets.token_hex(6)}.sock"
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        output = AppLog(
-            app_log_dir(self.config.desktop) / f"{app.app_id}.log",
-            on_over=lambda: self.log(
-                f"{app.name} prints more than {OUTPUT_BYTES_PER_S // 1024} KB a second; it is "
-                f"slowed down and the rest is dropped from its log (aotui logs {app.app_id}).",
-                app.app_id,
-            ),
-        )
+        listener: socket.socket | None = None
+        output: AppLog | None = None
         try:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            output = AppLog(
+                app_log_dir(self.config.desktop) / f"{app.app_id}.log",
+                on_over=lambda: self.log(
+                    f"{app.name} prints more than {OUTPUT_BYTES_PER_S // 1024} KB a second; it "
+                    f"is slowed down and the rest is dropped from its log (aotui logs "
+                    f"{app.app_id}).",
+                    app.app_id,
+                ),
+            )
             address = unix_address(path)  # a long runtime path is reached through a short one
             endpoint = f"ipc://{address}"
             listener.bind(address)
@@ -303,22 +315,13 @@ class AppRunner:
             await asyncio.wait_for(asyncio.shield(handle.hello), timeout)
             await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
         except (AotuiError, TimeoutError, OSError) as exc:
-            output.close()
+            if output is not None:
+                output.close()
             await self._discard(app)
-            # The status may have moved while we waited (a crash report, a close).
-            if app.status in {AppStatus.STARTING}:
-                app.transition(AppStatus.NOT_RUNNING)
-            if isinstance(exc, AotuiError):
-                raise
-            # TimeoutError is an OSError too: it must not read as "cannot start X: ".
-            if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
-                raise AotuiError(ErrorCode.E_INTERNAL, f"cannot start {app.app_id}: {exc}") from exc
-            raise AotuiError(
-                ErrorCode.E_TIMEOUT,
-                f"{app.app_id} did not show its views within {self.config.start_timeout_ms} ms",
-            ) from None
+            raise self._start_failed(app, exc) from None
         finally:
-            listener.close()  # the worker holds its own copy
+            if listener is not None:
+                listener.close()  # the worker holds its own copy
         handle.last_pong = time.monotonic()
         app.transition(AppStatus.RUNNING)
         if restarting:
@@ -326,6 +329,45 @@ class AppRunner:
         layers = ", ".join(handle.layers) or "none"
         what = "restarted" if restarting else "opened"
         self.log(f"{app.name} {what} (pid {handle.pid}; confinement: {layers}).", app.app_id)
+
+    def _start_failed(self, app: AppRecord, exc: Exception) -> AotuiError:
+        """Leave ``app`` ``failed`` (why: ``last_exit``, System Logs); the error to raise."""
+        if isinstance(exc, AotuiError):
+            first_line = exc.message.splitlines()[0][:200] if exc.message else exc.code.value
+            reason = f"start failed: {first_line.removeprefix('the app failed to start: ')}"
+            if isinstance(exc.data.get("last_exit"), str):
+                reason = exc.data["last_exit"]  # the worker died while starting: how it ended
+            code, message = exc.code, exc.message
+        elif isinstance(exc, TimeoutError):  # an OSError too: must not read as "cannot start: "
+            ms = self.config.start_timeout_ms
+            reason = f"start timeout ({ms} ms)"
+            code, message = (
+                ErrorCode.E_TIMEOUT,
+                f"{app.app_id} did not show its views within {ms} ms",
+            )
+        else:
+            reason = f"start failed: {exc}"
+            code, message = ErrorCode.E_IO, f"cannot start {app.app_id}: {exc}"
+        # The status may have moved while we waited (a close, an uninstall): then it stays.
+        if app.status is not AppStatus.STARTING:
+            return AotuiError(code, message, {"app": app.app_id})
+        app.last_exit = reason
+        app.transition(AppStatus.FAILED)
+        way_back = f"open it to retry: <context>open --application {app.app_id}</context>"
+        if app.saved_state is not None:
+            way_back += (
+                f", or start it without its saved state (which discards it): "
+                f"<context>open --application {app.app_id} --fresh</context>"
+            )
+        self.log(
+            f"{app.name} could not start ({reason}); it is failed. To get it back, {way_back}.",
+            app.app_id,
+        )
+        return AotuiError(
+            code,
+            f"{message}. {app.app_id} ({app.name}) is failed; {way_back}",
+            {"app": app.app_id, "last_exit": reason},
+        )
 
     async def close(self, app: AppRecord) -> None:
         """Ask the worker to exit, kill it after a grace period, forget its views.
@@ -413,7 +455,11 @@ class AppRunner:
                     said_by(app.app_id),
                 )
             if admitted:
-                self.log(f"{app.name}: {message.message}", said_by(app.app_id))
+                text = message.message
+                if _TRACEBACK in text:  # the exception line first: a long trace is cut at the end
+                    self._keep_traceback(app, text)
+                    text = _brief_traceback(text, app.app_id, str(app.manifest.app_dir))
+                self.log(f"{app.name}: {text}", said_by(app.app_id))
         elif isinstance(message, HttpCall):
             if worker.http_in_flight >= _MAX_HTTP_IN_FLIGHT:
                 self.log(f"{app.name} flooded the HTTP broker; killing it.")
@@ -442,6 +488,16 @@ class AppRunner:
         if app.worker is worker:
             with contextlib.suppress(zmq.ZMQError, AotuiError):
                 await worker.send(result)
+
+    def _keep_traceback(self, app: AppRecord, text: str) -> None:
+        """Append a traceback the worker reported to the app's log (``aotui logs``)."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S ")
+        lines = "".join(f"{stamp}{line}\n" for line in text.splitlines())
+        with (
+            contextlib.suppress(OSError),
+            open(app_log_dir(self.config.desktop) / f"{app.app_id}.log", "a") as log,
+        ):
+            log.write(lines)
 
     def _violation(self, worker: WorkerHandle, error: AotuiError) -> None:
         app = self._app_of(worker)
@@ -506,10 +562,8 @@ class AppRunner:
             await asyncio.sleep(decision.delay_s)
         if app.status is not AppStatus.RESTARTING:
             return  # closed or uninstalled while we waited
-        try:
-            await self.open(app)
-        except AotuiError as exc:
-            self.log(f"{app.name} could not restart: {exc.message}", app.app_id)
+        with contextlib.suppress(AotuiError):
+            await self.open(app)  # a start that fails says so itself (the app is failed)
 
     # --- the zygote -----------------------------------------------------------------------------
 
@@ -580,6 +634,21 @@ class AppRunner:
                     continue
                 with contextlib.suppress(zmq.ZMQError, AotuiError):
                     await worker.send(Ping(seq))
+
+
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+def _brief_traceback(text: str, app_id: str, app_dir: str) -> str:
+    """A traceback as one System Logs line: the exception, where the app raised it, where the
+    rest is (the deepest frame in the app's own files, else the deepest)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    exception = lines[-1] if lines else text
+    frames = [line for line in lines if line.startswith('File "')]
+    own = [line for line in frames if line.startswith(f'File "{app_dir}')]
+    where = (own or frames or [""])[-1]
+    at = f" ({where})" if where else ""
+    return f"{exception}{at}; the whole traceback: aotui logs {app_id}"
 
 
 def _unreadable_inside(app_dir: Path, uid: int) -> Path | None:

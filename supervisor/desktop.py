@@ -243,6 +243,8 @@ class Desktop:
             record.saved_state = entry.data
             record.restore_views = list(entry.mounted)
             record.restarts, record.last_exit = entry.restarts, entry.last_exit
+            if entry.status == "failed" and not manifest.system:
+                record.status = AppStatus.FAILED  # stays failed, with its reason, until opened
             self.apps.append(record)
             if entry.status in ("running", "collapsed") or manifest.system:
                 reopen.append((record, entry.status))
@@ -451,9 +453,9 @@ class Desktop:
 
     # --- workers (see supervisor.app_runner) ---------------------------------------------------
 
-    async def open_app(self, app: AppRecord) -> None:
-        """Start a worker for ``app`` (or show it, when collapsed)."""
-        await self.runner.open(app)
+    async def open_app(self, app: AppRecord, fresh: bool = False) -> None:
+        """Start a worker for ``app`` (or show it, when collapsed); ``fresh``: without its state."""
+        await self.runner.open(app, fresh)
 
     async def close_app(self, app: AppRecord) -> None:
         """Stop ``app``'s worker; system apps cannot be closed while the desktop lives."""
@@ -508,7 +510,7 @@ class Desktop:
         if action not in (Action.OPEN_APPLICATION, Action.CLOSE_APPLICATION):
             await self._await_restart(app, deadline)
         if action is Action.OPEN_APPLICATION:
-            await self.open_app(app)
+            await self.open_app(app, fresh=command.args.get("fresh") is True)
         elif action is Action.CLOSE_APPLICATION:
             await self.close_app(app)
         elif action is Action.COLLAPSE_APPLICATION:

@@ -52,7 +52,7 @@ def test_crash_loop_becomes_failed_and_open_clears_it(start_desktop: Start) -> N
     with pytest.raises(AotuiError) as crashed:
         client.execute("<context>open --application app_0</context>")
     assert crashed.value.code is ErrorCode.E_APP_ERROR
-    assert row(desktop)["state"] == "not running"
+    assert row(desktop)["state"] == "failed"  # every start failure ends failed, with its reason
     assert row(desktop)["last_exit"] == "exit 5"
 
 

@@ -9,9 +9,12 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -183,16 +186,17 @@ def test_the_lease_owner_name_proves_nothing(start_desktop: Start) -> None:
     alice.acquire("A")
     assert alice.lease_token
     impostor = desktop.new_client(owner="A")
-    for method, params in (
+    attempts: list[tuple[str, dict[str, Any]]] = [
         ("execute", {"owner": "A", "text": "<context>open --application app_0</context>"}),
         ("execute", {"token": "guessed", "text": "<context>open --application app_0</context>"}),
         ("acquire", {"owner": "A"}),
         ("heartbeat", {"owner": "A"}),
         ("release", {"owner": "A"}),
         ("release", {"token": "guessed"}),
-    ):
+    ]
+    for method, params in attempts:
         with pytest.raises(AotuiError) as refused:
-            impostor.call(method, **params)
+            impostor.call(method, **params)  # type: ignore[arg-type]  # params hold no timeout
         assert refused.value.code is ErrorCode.E_LOCKED, (method, params)
     with pytest.raises(AotuiError) as typed:
         impostor.call("execute", owner=7, text="<context>open --application app_0</context>")
@@ -359,3 +363,99 @@ def test_a_command_for_an_app_that_cannot_come_back_in_time_is_told_to_retry(
     assert results[1].recoverable
     assert "did not come back" in results[1].message
     assert "Retry" in results[1].message
+
+
+# --- items 7 and 8: start failures end in `failed`, with their reason and a way back -----------
+
+
+def test_a_log_file_that_cannot_be_opened_fails_the_start_with_its_reason(
+    start_desktop: Start, private_home: Path
+) -> None:
+    desktop = start_desktop(["echo"])
+    client = desktop.client
+    log = private_home / "logs" / desktop.name / "app_0.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        log.unlink()
+    log.mkdir()  # open(…, "ab") fails: IsADirectoryError
+    with pytest.raises(AotuiError) as refused:
+        client.execute("<context>open --application app_0</context>")
+    assert refused.value.code is ErrorCode.E_IO
+    assert "app_0.log" in refused.value.message
+    assert "open it to retry" in refused.value.message
+    row = rows(client)["app_0"]
+    assert row["state"] == "failed"
+    assert "Is a directory" in row["last_exit"]
+    assert "Echo could not start (start failed: [Errno 21] Is a directory" in system_logs(client)
+    client.execute("<context>close --application app_0</context>")  # answers; stays failed
+    assert rows(client)["app_0"]["state"] == "failed"
+    log.rmdir()
+    client.execute("<context>open --application app_0</context>")
+    assert rows(client)["app_0"]["state"] == "running"
+
+
+def test_a_saved_state_that_hangs_render_has_a_way_back(start_desktop: Start) -> None:
+    desktop = start_desktop(["faulty"], start_timeout_ms=1500)
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    view = view_of(client.snapshot(), "app_0", "Faulty")
+    client.execute(operation("app_0", view, "bump"))
+    client.execute(operation("app_0", view, "poison"))
+    client.execute("<context>close --application app_0</context>")
+    for _attempt in range(2):  # the same way every time, and never stuck in "starting"
+        with pytest.raises(AotuiError) as refused:
+            client.execute("<context>open --application app_0</context>")
+        assert refused.value.code is ErrorCode.E_TIMEOUT
+        assert "did not show its views within 1500 ms" in refused.value.message
+        assert "open --application app_0 --fresh" in refused.value.message
+        row = rows(client)["app_0"]
+        assert row["state"] == "failed"
+        assert row["last_exit"] == "start timeout (1500 ms)"
+    assert "Faulty could not start (start timeout (1500 ms))" in system_logs(client)
+    client.execute("<context>open --application app_0 --fresh</context>")
+    assert rows(client)["app_0"]["state"] == "running"
+    view = view_of(client.snapshot(), "app_0", "Faulty")
+    assert client.execute(operation("app_0", view, "bump")) == {"ran": 1, "results": [1]}
+
+
+def test_a_crash_at_import_is_reported_and_stays_failed(start_desktop: Start) -> None:
+    desktop = start_desktop(["brokenimport"], name="crashy-import")
+    client = desktop.client
+    with pytest.raises(AotuiError) as refused:
+        client.execute("<context>open --application app_0</context>")
+    assert refused.value.code is ErrorCode.E_APP_ERROR
+    row = rows(client)["app_0"]
+    assert row["state"] == "failed"
+    # Its own report, or (when its exit is heard first) how it ended: never nothing.
+    reported = row["last_exit"]
+    assert reported == "exit 1" or reported.startswith("start failed: JSONDecodeError: Expecting")
+    logs = system_logs(client)
+    assert "BrokenImport: json.decoder.JSONDecodeError: Expecting property name" in logs
+    assert "brokenimport/app.py" in logs  # where the app raised it
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aotui.supervisor",
+            "logs",
+            "app_0",
+            "--desktop",
+            desktop.name,
+            "--socket",
+            str(desktop.runtime),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert "Traceback (most recent call last)" in printed.stdout
+    assert "json.decoder.JSONDecodeError" in printed.stdout
+    # `failed` survives down/up, with its reason.
+    client.shutdown()
+    desktop.process.wait(15)
+    again = start_desktop(["brokenimport"], name="crashy-import")
+    row = rows(again.client)["app_0"]
+    assert row["state"] == "failed"
+    assert row["last_exit"] == reported
