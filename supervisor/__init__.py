@@ -13,6 +13,7 @@
   listing and repair (:mod:`~supervisor.store_repair`), WAL damage (:mod:`~supervisor.wal_check`).
 - :mod:`supervisor.manifest`, :mod:`supervisor.config`, :mod:`supervisor.paths` — validated inputs.
 - :mod:`supervisor.client` — ``Client``, the Python API; :mod:`supervisor.cli` — ``aotui``.
+- :mod:`supervisor.interface` — the product layer's other faces (JSON-RPC socket, MCP server).
 """
 
 # Exports load on first use (PEP 562): `aotui status` and every worker import one submodule, not the

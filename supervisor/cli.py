@@ -141,11 +141,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     paths.create()
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
     prestart(os.open(paths.log, flags, 0o600))
-    from aotui.supervisor.server import Supervisor
+    from aotui.supervisor.interface.serve import serve_desktop
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print(f"desktop {config.desktop!r} serving at {paths.root} (pid {os.getpid()})", flush=True)
-    asyncio.run(Supervisor(config, paths).serve())
+    asyncio.run(serve_desktop(config, paths))
     return 0
 
 

@@ -3,8 +3,8 @@
 ``$XDG_RUNTIME_DIR/aotui/`` or, without it, ``/tmp/aotui-$UID/``: a 0700 directory owned by the
 user and not a symlink (checked, so another user cannot plant one in ``/tmp``). ``--socket`` or
 ``AOTUI_SOCKET`` overrides the base directory. Each desktop gets ``<base>/<desktop>/`` holding
-``control.sock`` (client requests), ``signals.sock`` (PUB), ``workers/`` (one channel per worker),
-``supervisor.pid`` and ``supervisor.log``.
+``control.sock`` (client requests), ``signals.sock`` (PUB), ``rpc.sock`` (JSON-RPC 2.0),
+``workers/`` (one channel per worker), ``supervisor.pid`` and ``supervisor.log``.
 
 A socket path longer than ``sun_path`` allows (107 bytes: a long ``$XDG_RUNTIME_DIR``, a
 64-character desktop name) is bound and connected through an ``O_PATH`` descriptor of its
@@ -184,6 +184,11 @@ class DesktopPaths:
     def signals_file(self) -> Path:
         """The socket file of the signal PUB socket."""
         return self.root / "signals.sock"
+
+    @property
+    def rpc_file(self) -> Path:
+        """The socket file of the JSON-RPC 2.0 face (newline-delimited JSON; CONTRACT §9)."""
+        return self.root / "rpc.sock"
 
     @property
     def control(self) -> str:

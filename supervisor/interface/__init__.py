@@ -1,0 +1,15 @@
+"""The product layer's faces beyond the control socket: how programs and agents plug in.
+
+- :mod:`~supervisor.interface.serve` — ``serve_desktop``: a supervisor with these faces attached
+  (what ``aotui up`` runs).
+- :mod:`~supervisor.interface.jsonrpc` — JSON-RPC 2.0 framing, method schemas, error mapping;
+  :mod:`~supervisor.interface.rpc_server` — ``RpcServer``, the ``rpc.sock`` socket served on the
+  supervisor's event loop, bounded per peer.
+- :mod:`~supervisor.interface.snapshot_json` — a snapshot as structured data.
+
+The client (:mod:`supervisor.client`), the CLI (:mod:`supervisor.cli`) and the reports, watch and
+demo modules belong here too and move in later. Arrows point one way: these modules use the
+supervisor; nothing in the supervisor imports them.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,213 @@
+"""JSON-RPC 2.0 framing of the ``rpc.sock`` face: one request a line in, one response a line out.
+
+Every line becomes an :class:`RpcCall` or an :class:`RpcFailure`, with the standard codes for
+what is not a valid call — ``-32700`` parse error, ``-32600`` invalid request (a batch included:
+send one request a line), ``-32601`` unknown method, ``-32602`` bad params (checked here against
+:data:`METHODS`, default deny). aotui's own errors map through
+:attr:`~protocol.errors.ErrorCode.jsonrpc_code` (CONTRACT §7) with ``data: {code, recoverable}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.structure import sanitize
+
+__all__ = [
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHODS",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "Param",
+    "RpcCall",
+    "RpcFailure",
+    "error_line",
+    "notification_line",
+    "parse_line",
+    "result_line",
+]
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+
+RequestId = str | int | None
+
+
+@dataclass(frozen=True)
+class Param:
+    """One named parameter of a method."""
+
+    #: The JSON types it accepts (``bool`` is never taken for ``int``).
+    kinds: tuple[type, ...]
+    required: bool = False
+
+
+_TEXT = Param((str,))
+_READER = {"session": _TEXT, "token": _TEXT}
+_STRUCTURED = {
+    name: Param((str,)) for name in ("action", "app", "view", "operation", "snapshot_id")
+} | {"args": Param((dict,)), "fresh": Param((bool,))}
+
+#: Every method and its parameters, by name (positional params are refused).
+METHODS: dict[str, dict[str, Param]] = {
+    "ping": {},
+    "status": {},
+    "get_capabilities": {},
+    "snapshot": {"format": _TEXT, "include_meta": Param((bool,)), **_READER},
+    "exec": {"text": Param((str,), required=True), "snapshot_id": _TEXT, **_READER},
+    "execute": {**_STRUCTURED, **_READER},
+    "acquire": {"owner": Param((str,), required=True), "token": _TEXT},
+    "release": {"token": _TEXT},
+    "heartbeat": {"token": _TEXT},
+    "wait_for": {
+        "reason": _TEXT,
+        "text": _TEXT,
+        "gone": Param((bool,)),
+        "app": _TEXT,
+        "view": _TEXT,
+        "quiet_ms": Param((int,)),
+        "timeout_ms": Param((int,)),
+    },
+    "subscribe_events": {"reasons": Param((list,))},
+    "unsubscribe_events": {},
+}
+
+
+@dataclass(frozen=True)
+class RpcCall:
+    """A valid request (or notification, which gets no response)."""
+
+    id: RequestId
+    method: str
+    params: dict[str, Any]
+    #: Sent without ``id``: run it, answer nothing (JSON-RPC 2.0 §4.1).
+    notification: bool
+
+
+@dataclass(frozen=True)
+class RpcFailure:
+    """A line that is not a valid call: the error response to send."""
+
+    id: RequestId
+    code: int
+    message: str
+    #: A well-formed notification (no ``id``) with an unknown method or bad params: no answer.
+    notification: bool = False
+
+
+def parse_line(line: bytes) -> RpcCall | RpcFailure:
+    """One line of input as a call, or the standard error it deserves."""
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return RpcFailure(None, PARSE_ERROR, "parse error: a line must be one JSON object")
+    if isinstance(message, list):
+        return RpcFailure(
+            None, INVALID_REQUEST, "batch requests are not supported: send one request a line"
+        )
+    if not isinstance(message, dict):
+        return RpcFailure(None, INVALID_REQUEST, "a request must be a JSON object")
+    raw_id = message.get("id")
+    request_id: RequestId = raw_id if _valid_id(raw_id) else None
+    if message.get("jsonrpc") != "2.0":
+        return RpcFailure(request_id, INVALID_REQUEST, 'a request needs "jsonrpc": "2.0"')
+    if not _valid_id(raw_id):
+        return RpcFailure(None, INVALID_REQUEST, '"id" must be a string, an integer or null')
+    method = message.get("method")
+    if not isinstance(method, str):
+        return RpcFailure(request_id, INVALID_REQUEST, '"method" must be a string')
+    extra = set(message) - {"jsonrpc", "id", "method", "params"}
+    if extra:
+        return RpcFailure(
+            request_id, INVALID_REQUEST, f"unknown member(s) {', '.join(sorted(extra))[:200]}"
+        )
+    notification = "id" not in message
+    spec = METHODS.get(method)
+    if spec is None:
+        known = ", ".join(sorted(METHODS))
+        message_text = f"unknown method {method[:80]!r}; known: {known}"
+        return RpcFailure(request_id, METHOD_NOT_FOUND, message_text, notification)
+    params = message.get("params", {})
+    if not isinstance(params, dict):
+        problem: str | None = "params must be an object (by name)"
+    else:
+        problem = _check_params(method, spec, params)
+    if problem is not None:
+        return RpcFailure(request_id, INVALID_PARAMS, problem, notification)
+    return RpcCall(request_id, method, params, notification)
+
+
+def _valid_id(value: object) -> bool:
+    return value is None or isinstance(value, str) or type(value) is int
+
+
+def _check_params(method: str, spec: Mapping[str, Param], params: dict[str, Any]) -> str | None:
+    for name, value in params.items():
+        param = spec.get(name)
+        if param is None:
+            known = ", ".join(sorted(spec)) or "none"
+            return f"{method} has no parameter {str(name)[:80]!r} (it takes: {known})"
+        if value is None and not param.required:
+            continue
+        wrong_bool = isinstance(value, bool) and bool not in param.kinds
+        if wrong_bool or not isinstance(value, param.kinds):
+            kinds = " or ".join(_JSON_NAMES[kind] for kind in param.kinds)
+            return f"parameter {name!r} of {method} must be {kinds}, not {_json_name(value)}"
+    for name, param in spec.items():
+        if param.required and params.get(name) is None:
+            return f"{method} needs the parameter {name!r}"
+    return None
+
+
+_JSON_NAMES = {
+    str: "a string",
+    bool: "true or false",
+    int: "an integer",
+    dict: "an object",
+    list: "an array",
+}
+
+
+def _json_name(value: object) -> str:
+    for kind, name in reversed(_JSON_NAMES.items()):
+        if isinstance(value, kind):
+            return name
+    return "a number" if isinstance(value, float) else "null"
+
+
+def result_line(request_id: RequestId, result: Any) -> bytes:
+    """A success response, one line."""
+    return _line({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def error_line(request_id: RequestId, error: AotuiError | RpcFailure) -> bytes:
+    """An error response, one line: CONTRACT §7's JSON-RPC code, ``data: {code, recoverable}``."""
+    if isinstance(error, RpcFailure):
+        code = ErrorCode.E_INVALID_CMD
+        body = {
+            "code": error.code,
+            "message": error.message,
+            "data": {"code": code.value, "recoverable": code.recoverable},
+        }
+    else:
+        body = error.to_jsonrpc()
+        # The last gate before the agent: a message may quote app text.
+        body["message"] = sanitize(error.message, limit=4000)
+    return _line({"jsonrpc": "2.0", "id": request_id, "error": body})
+
+
+def notification_line(method: str, params: Mapping[str, Any]) -> bytes:
+    """A notification from the desktop (``event``), one line."""
+    return _line({"jsonrpc": "2.0", "method": method, "params": dict(params)})
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    # ensure_ascii: a line is plain ASCII, whatever an app put in its text (no raw U+2028 etc.).
+    return json.dumps(message, default=str, separators=(",", ":")).encode() + b"\n"

@@ -1,0 +1,390 @@
+"""The JSON-RPC 2.0 socket (``rpc.sock``), served inside the supervisor on its event loop.
+
+Newline-delimited JSON (usable with ``socat``; see docs/interfaces.md). Each connection is a
+session of its own unless a request names one, may hold the input lease (its token is presented
+for it), and may subscribe to the desktop's signals, which arrive as ``event`` notifications on
+the same connection.
+
+Every peer is assumed hostile, so each one is bounded: a line is at most
+:attr:`RpcLimits.line_bytes`; at most :attr:`RpcLimits.in_flight` requests of a connection run at
+once (past that, its socket is not read: the sender waits, not our memory); a peer that does not
+read its answers for :attr:`RpcLimits.write_timeout_s` is disconnected; its events queue is
+bounded (the oldest are dropped and counted); past :attr:`RpcLimits.connections` a new
+connection is told ``E_RATE_LIMITED`` and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib.metadata
+import logging
+import os
+import secrets
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import zmq
+import zmq.asyncio
+
+from aotui.protocol import codec
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import Signal
+from aotui.supervisor.interface.jsonrpc import (
+    INVALID_PARAMS,
+    METHODS,
+    PARSE_ERROR,
+    RpcCall,
+    RpcFailure,
+    error_line,
+    notification_line,
+    parse_line,
+    result_line,
+)
+from aotui.supervisor.interface.snapshot_json import snapshot_json
+from aotui.supervisor.paths import unix_address
+
+if TYPE_CHECKING:
+    from aotui.supervisor.server import Supervisor
+
+__all__ = ["SIGNAL_REASONS", "RpcLimits", "RpcServer"]
+
+log = logging.getLogger("aotui.rpc")
+
+#: The reasons a signal may carry (CONTRACT §6); ``subscribe_events`` may pick some.
+SIGNAL_REASONS = ("dom_mutation", "app_opened", "app_closed", "app_crashed", "app_restarted")
+FORMATS = ("markdown", "json")
+
+
+@dataclass(frozen=True)
+class RpcLimits:
+    """What one JSON-RPC peer may make the supervisor hold."""
+
+    #: Longest request line (a longer one closes the connection after a parse error).
+    line_bytes: int = 1 << 20
+    #: Requests of one connection running at once.
+    in_flight: int = 8
+    #: Open connections.
+    connections: int = 256
+    #: Seconds a peer may leave an answer unread before it is disconnected.
+    write_timeout_s: float = 5.0
+    #: Event notifications queued for one connection (the oldest go first).
+    events: int = 64
+
+
+class _BadParams(Exception):
+    """A parameter the method schema could not check (its value, not its type): -32602."""
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One peer: its stream, session, lease token, subscription and bounds."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    slots: asyncio.Semaphore
+    #: The connection's own session: unguessable, so no other reader can take it.
+    session: str = field(default_factory=lambda: f"#rpc-{secrets.token_hex(8)}")
+    #: The lease token this connection acquired (presented when a request gives none).
+    token: str | None = None
+    #: Reasons subscribed to (empty: all), or ``None`` when not subscribed.
+    reasons: frozenset[str] | None = None
+    events: asyncio.Queue[dict[str, Any]] | None = None
+    dropped: int = 0
+    closed: bool = False
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def send(self, data: bytes, timeout_s: float) -> None:
+        """Write one line; a peer that does not read it in time is disconnected."""
+        async with self.write_lock:
+            if self.closed:
+                return
+            self.writer.write(data)
+            try:
+                await asyncio.wait_for(self.writer.drain(), timeout_s)
+            except (TimeoutError, ConnectionError):
+                self.abort()
+
+    def abort(self) -> None:
+        """Drop the connection now (unread answers are discarded)."""
+        self.closed = True
+        self.writer.transport.abort()
+
+
+class RpcServer:
+    """The JSON-RPC face of one desktop (a :class:`~supervisor.server.Service`)."""
+
+    def __init__(self, supervisor: Supervisor, limits: RpcLimits | None = None) -> None:
+        self.supervisor = supervisor
+        self.limits = limits or RpcLimits()
+        self.connections: set[_Connection] = set()
+        self._server: asyncio.Server | None = None
+        self._inode: int | None = None
+        self._context: zmq.asyncio.Context | None = None
+        self._signals: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"RpcServer({self.supervisor.paths.rpc_file})"
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind ``rpc.sock`` (replacing one a killed desktop left) and follow the signals."""
+        path = self.supervisor.paths.rpc_file
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # the control socket proved no live desktop owns this directory
+        self._server = await asyncio.start_unix_server(
+            self._serve, unix_address(path), limit=self.limits.line_bytes, backlog=256
+        )
+        os.chmod(path, 0o600)
+        self._inode = path.stat().st_ino
+        self._context = zmq.asyncio.Context()
+        self._signals = asyncio.get_running_loop().create_task(self._follow_signals())
+
+    async def stop(self) -> None:
+        """Close every connection and remove ``rpc.sock`` (if it still is ours)."""
+        if self._signals is not None:
+            self._signals.cancel()
+            await asyncio.gather(self._signals, return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.abort()
+            for task in connection.tasks:
+                task.cancel()
+        if self._context is not None:
+            self._context.destroy(linger=0)
+        path = self.supervisor.paths.rpc_file
+        with contextlib.suppress(FileNotFoundError):
+            if self._inode is not None and path.stat().st_ino == self._inode:
+                path.unlink()
+
+    async def _follow_signals(self) -> None:
+        assert self._context is not None
+        sub = self._context.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.MAXMSGSIZE, 1 << 16)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(self.supervisor.paths.signals)
+        try:
+            while True:
+                frame = await sub.recv()
+                with contextlib.suppress(AotuiError):
+                    message = codec.decode(frame)
+                    if isinstance(message, Signal):
+                        self._fan_out(dataclasses.asdict(message))
+        finally:
+            sub.close(linger=0)
+
+    def _fan_out(self, event: dict[str, Any]) -> None:
+        for connection in self.connections:
+            if connection.reasons is None or connection.events is None:
+                continue
+            reasons = set(event.get("reasons") or [event["reason"]])
+            if connection.reasons and not connection.reasons & reasons:
+                continue
+            if connection.events.full():
+                connection.events.get_nowait()
+                connection.dropped += 1
+            connection.events.put_nowait(event)
+
+    # --- connections ----------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _Connection(reader, writer, asyncio.Semaphore(self.limits.in_flight))
+        if len(self.connections) >= self.limits.connections:
+            busy = AotuiError(
+                ErrorCode.E_RATE_LIMITED,
+                f"the desktop already serves {len(self.connections)} JSON-RPC connections (at "
+                f"most {self.limits.connections}); close one and connect again",
+            )
+            await connection.send(error_line(None, busy), 1.0)
+            connection.abort()
+            return
+        self.connections.add(connection)
+        try:
+            await self._read(connection)
+        except Exception:
+            log.error("JSON-RPC connection failed: %s", traceback.format_exc())
+        finally:
+            self.connections.discard(connection)
+            for task in connection.tasks:
+                task.cancel()
+            await asyncio.gather(*connection.tasks, return_exceptions=True)
+            self._forget(connection)
+            connection.abort()
+
+    async def _read(self, connection: _Connection) -> None:
+        while not connection.closed:
+            # A peer with its requests all in flight is not read: it waits, not our memory.
+            await connection.slots.acquire()
+            try:
+                line = await connection.reader.readline()
+            except ValueError:
+                too_long = RpcFailure(
+                    None, PARSE_ERROR, f"a line is at most {self.limits.line_bytes} bytes"
+                )
+                await connection.send(error_line(None, too_long), self.limits.write_timeout_s)
+                return
+            except ConnectionError:
+                return
+            if not line.endswith(b"\n"):
+                return  # end of stream (a last line without a newline is not a request)
+            if not line.strip():
+                connection.slots.release()
+                continue
+            self._spawn(connection, self._answer(connection, line))
+
+    def _spawn(self, connection: _Connection, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        connection.tasks.add(task)
+        task.add_done_callback(connection.tasks.discard)
+
+    def _forget(self, connection: _Connection) -> None:
+        """A closed connection's session ends, and the lease it held is released."""
+        held = self.supervisor.sessions.forget(connection.session)
+        if held is not None:
+            with contextlib.suppress(AotuiError, AttributeError):
+                self.supervisor.desktop.registry.discard(held)
+        if connection.token is not None:
+            with contextlib.suppress(AotuiError):
+                self.supervisor.lease.release(connection.token)
+
+    async def _answer(self, connection: _Connection, line: bytes) -> None:
+        try:
+            call = parse_line(line)
+            if isinstance(call, RpcFailure):
+                if call.notification:
+                    return
+                reply = error_line(call.id, call)
+            else:
+                try:
+                    reply = result_line(call.id, await self._call(connection, call))
+                except _BadParams as exc:
+                    reply = error_line(call.id, RpcFailure(call.id, INVALID_PARAMS, str(exc)))
+                except AotuiError as exc:
+                    reply = error_line(call.id, exc)
+                except Exception as exc:
+                    log.error("internal error: %s", traceback.format_exc())
+                    internal = AotuiError(
+                        ErrorCode.E_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+                    )
+                    reply = error_line(call.id, internal)
+                if call.notification:
+                    return
+            await connection.send(reply, self.limits.write_timeout_s)
+        finally:
+            connection.slots.release()
+
+    # --- methods --------------------------------------------------------------------------------
+
+    async def _call(self, connection: _Connection, call: RpcCall) -> Any:
+        params = call.params
+        methods = self.supervisor.methods
+        reader = {
+            "session": params.get("session") or connection.session,
+            "token": params.get("token") or connection.token,
+        }
+        match call.method:
+            case "ping" | "status" | "get_capabilities":
+                return await methods[call.method]({})
+            case "snapshot":
+                return await self._snapshot(params, reader)
+            case "exec":
+                text = {"text": params["text"], "snapshot_id": params.get("snapshot_id")}
+                return await methods["execute"]({**text, **reader})
+            case "execute":
+                command = {k: v for k, v in params.items() if k not in reader and v is not None}
+                return await methods["execute"]({"command": command, **reader})
+            case "acquire":
+                owner = {"owner": params["owner"], "token": reader["token"]}
+                granted = await methods["acquire"](owner)
+                connection.token = granted["token"]
+                return granted
+            case "release":
+                await methods["release"]({"token": reader["token"]})
+                if reader["token"] == connection.token:
+                    connection.token = None
+                return None
+            case "heartbeat":
+                return await methods["heartbeat"]({"token": reader["token"]})
+            case "wait_for":
+                return await methods["wait_for"](params)
+            case "subscribe_events":
+                return self._subscribe(connection, params.get("reasons") or [])
+            case "unsubscribe_events":
+                connection.reasons = None
+                return {"subscribed": False}
+        raise AotuiError(ErrorCode.E_INTERNAL, f"method {call.method} has no handler")
+
+    async def _snapshot(self, params: dict[str, Any], reader: dict[str, Any]) -> Any:
+        form = params.get("format") or "markdown"
+        if form not in FORMATS:
+            raise _BadParams(f"format must be one of {', '.join(FORMATS)}, not {form[:40]!r}")
+        asked = {"include_meta": bool(params.get("include_meta")), **reader}
+        result: dict[str, Any] = await self.supervisor.methods["snapshot"](asked)
+        if form == "json":
+            snapshot_id = result["snapshot_id"]
+            refs = self.supervisor.desktop.registry.get(snapshot_id)
+            structured = snapshot_json(snapshot_id, result["markdown"], refs)
+            result = {**structured, **({"meta": result["meta"]} if "meta" in result else {})}
+        return result
+
+    def _subscribe(self, connection: _Connection, reasons: list[Any]) -> dict[str, Any]:
+        unknown = [r for r in reasons if r not in SIGNAL_REASONS]
+        if unknown:
+            raise _BadParams(
+                f"unknown reason(s) {', '.join(map(str, unknown))[:200]}; "
+                f"known: {', '.join(SIGNAL_REASONS)}"
+            )
+        connection.reasons = frozenset(reasons)
+        if connection.events is None:
+            connection.events = asyncio.Queue(self.limits.events)
+            self._spawn(connection, self._deliver_events(connection))
+        return {"subscribed": sorted(reasons) or list(SIGNAL_REASONS)}
+
+    async def _deliver_events(self, connection: _Connection) -> None:
+        assert connection.events is not None
+        while not connection.closed:
+            event = await connection.events.get()
+            if connection.dropped:
+                event = {**event, "dropped": connection.dropped}
+                connection.dropped = 0
+            line = notification_line("event", event)
+            await connection.send(line, self.limits.write_timeout_s)
+
+    async def get_capabilities(self, params: dict[str, Any]) -> dict[str, Any]:
+        """What this desktop offers: version, methods and their params, formats, limits."""
+        try:
+            version = importlib.metadata.version("aotui")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        return {
+            "desktop": self.supervisor.config.desktop,
+            "version": version,
+            "protocol": codec.PROTOCOL_VERSION,
+            "jsonrpc": "2.0",
+            "socket": str(self.supervisor.paths.rpc_file),
+            "methods": {
+                name: {
+                    param: {
+                        "type": [kind.__name__ for kind in spec.kinds],
+                        "required": spec.required,
+                    }
+                    for param, spec in params_spec.items()
+                }
+                for name, params_spec in METHODS.items()
+            },
+            "formats": list(FORMATS),
+            "signal_reasons": list(SIGNAL_REASONS),
+            "limits": {
+                **dataclasses.asdict(self.limits),
+                "operation_timeout_ms": self.supervisor.config.operation_timeout_ms,
+                "snapshot_ttl_s": self.supervisor.config.snapshot_ttl_s,
+                "lease_s": self.supervisor.config.lease_s,
+                "snapshot_max_bytes": self.supervisor.config.snapshot_max_bytes,
+            },
+        }

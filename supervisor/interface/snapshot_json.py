@@ -1,0 +1,75 @@
+"""A snapshot as structured data (JSON-RPC ``snapshot`` with ``format: "json"``).
+
+Read from the Markdown's structural tags, which no app can forge (CONTRACT §4), plus the ref
+table behind the snapshot id: each app's views with their text, operations and refs.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from aotui.protocol.messages import ViewFragment
+from aotui.supervisor.snapshot import RefTable
+
+__all__ = ["snapshot_json"]
+
+_OPEN = re.compile(r'^<(view|application) id="([^"]*)" name="([^"]*)">$')
+_CLOSE = re.compile(r"^</(view|application|application_info)>$")
+
+
+def snapshot_json(snapshot_id: str, markdown: str, refs: RefTable | None) -> dict[str, Any]:
+    """``{snapshot_id, system_views, apps}``: every block of the snapshot with its parts."""
+    system: list[dict[str, Any]] = []
+    apps: list[dict[str, Any]] = []
+    app: dict[str, Any] | None = None
+    block: dict[str, Any] | None = None
+    lines: list[str] = []
+    for line in markdown.splitlines():
+        opened = _OPEN.match(line)
+        if opened is not None:
+            kind, block_id, name = opened[1], opened[2], html.unescape(opened[3])
+            if kind == "application":
+                app = {"app": block_id, "name": name, "info": "", "views": [], "notes": []}
+                apps.append(app)
+            else:
+                block = {"view": block_id, "name": name}
+                (app["views"] if app is not None else system).append(block)
+            lines = []
+            continue
+        if line == "<application_info>":
+            lines = []
+            continue
+        closed = _CLOSE.match(line)
+        if closed is None:
+            lines.append(line)
+            continue
+        text = "\n".join(lines)
+        if closed[1] == "view" and block is not None:
+            block["markdown"] = text
+            if app is not None:
+                _add_refs(block, (refs or {}).get((app["app"], block["view"])))
+            block = None
+        elif closed[1] == "application_info" and app is not None:
+            app["info"] = text
+        elif closed[1] == "application" and app is not None:
+            if text.strip():
+                app["notes"].append(text.strip())  # a marker standing in for what is not shown
+            app = None
+        lines = []
+    return {"snapshot_id": snapshot_id, "system_views": system, "apps": apps}
+
+
+def _add_refs(block: dict[str, Any], fragment: ViewFragment | None) -> None:
+    if fragment is None:
+        block.update(operations=[], refs={})
+        return
+    block["operations"] = [
+        {"id": op.op_id, "label": op.label, "description": op.description, "args": op.args}
+        for op in fragment.operations
+    ]
+    block["refs"] = {
+        ref: {"type": fragment.ref_types.get(ref, ""), "value": fragment.refs.get(ref)}
+        for ref in fragment.ref_types
+    }
