@@ -8,6 +8,7 @@
   the input lease, signal throttling (all with an injectable clock); :mod:`supervisor.stall` —
   time the supervisor itself did not run; :mod:`supervisor.sessions` — each reader's last pull.
 - :mod:`supervisor.launcher` / :mod:`supervisor.worker_handle` — starting workers, their channels.
+- :mod:`supervisor.conn_guard` — the bound on client connections (a flood keeps no descriptors).
 - :mod:`supervisor.state`, :mod:`supervisor.store` — the durable desktop; its faults told apart
   (:mod:`~supervisor.store_faults`), one supervisor per store (:mod:`~supervisor.store_lock`),
   listing and repair (:mod:`~supervisor.store_repair`), WAL damage (:mod:`~supervisor.wal_check`).

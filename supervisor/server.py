@@ -35,6 +35,12 @@ from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signa
 from aotui.protocol.structure import sanitize
 from aotui.supervisor.app_record import AppRecord
 from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.conn_guard import (
+    HANDSHAKE_S,
+    ConnectionGuard,
+    connection_bound,
+    raise_descriptor_limit,
+)
 from aotui.supervisor.desktop import Desktop
 from aotui.supervisor.lease import InputLease
 from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
@@ -112,9 +118,12 @@ class Supervisor:
         for stale in self.paths.workers.glob("*.sock"):  # channels of a killed desktop's workers
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
+        # A flood of connections must never take the workers' descriptors (conn_guard.py).
+        self.connection_bound = connection_bound(raise_descriptor_limit())
         context = zmq.asyncio.Context()
         self.control = context.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
+        self.control.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_S * 1000))
         self.control.setsockopt(zmq.MAXMSGSIZE, codec.MAX_FRAME_BYTES)
         self.pub = context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -141,7 +150,14 @@ class Supervisor:
         try:
             await self.desktop.start()
             self.paths.pidfile.write_text(f"{os.getpid()}\n")
+            guard = ConnectionGuard(
+                self.control,
+                unix_address(self.paths.control_file),
+                self.connection_bound,
+                self.desktop.log,
+            )
             tasks = [
+                loop.create_task(guard.run()),
                 loop.create_task(self._serve_control()),
                 loop.create_task(self._publish_trailing()),
             ]

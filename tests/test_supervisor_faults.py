@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +24,7 @@ import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.client import Client
+from aotui.supervisor.paths import unix_address
 from aotui.supervisor.stall import LoopClock
 from tests.conftest import RunningDesktop, wait_for
 from tests.test_supervisor_units import FakeClock
@@ -459,3 +462,54 @@ def test_a_crash_at_import_is_reported_and_stays_failed(start_desktop: Start) ->
     row = rows(again.client)["app_0"]
     assert row["state"] == "failed"
     assert row["last_exit"] == reported
+
+
+# --- item 3: a flood of connections -------------------------------------------------------------
+
+
+def reads_eof(peer: socket.socket) -> bool:
+    """Whether the supervisor ended this raw connection (after its greeting, if any)."""
+    try:
+        while True:
+            if not peer.recv(4096):
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_a_connection_flood_is_refused_and_the_supervisor_stays_up(start_desktop: Start) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"the hard descriptor limit ({hard}) is too low for a flood of 1,500")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (600, hard))  # as a user's default soft limit
+    try:
+        desktop = start_desktop(["echo"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    worker = rows(client)["app_0"]["pid"]
+    address = unix_address(client.paths.control_file)
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(1500):  # never a ZeroMQ handshake
+            peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            flood.append(peer)
+            peer.connect(address)
+            peer.setblocking(False)
+        refused = wait_for(
+            lambda: sum(reads_eof(peer) for peer in flood) >= 1500 - 1024 or None,
+            10,
+            "the connections beyond the bound to be refused",
+        )
+        assert refused
+        assert desktop.process.poll() is None
+    finally:
+        for peer in flood:
+            peer.close()
+    assert client.ping()["pid"] == desktop.process.pid
+    assert rows(client)["app_0"]["pid"] == worker  # the workers never noticed
+    assert bump(client, "app_0") == {"ran": 1, "results": [1]}
+    wait_for(lambda: "client connection(s) beyond the bound" in system_logs(client), 15, "a log")
