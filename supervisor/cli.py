@@ -33,6 +33,9 @@ from aotui.supervisor.store_repair import aside, describe_store, repair, stored_
 
 __all__ = ["main"]
 
+#: What ``aotui wait --reason`` accepts (CONTRACT §6).
+SIGNAL_REASONS = ("dom_mutation", "app_opened", "app_closed", "app_crashed", "app_restarted")
+
 EPILOG = """\
 examples:
   aotui up --detach                 start the default desktop in the background
@@ -322,6 +325,74 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ping(args: argparse.Namespace) -> int:
+    """Whether the desktop answers: its pid."""
+    with _client(args, timeout_s=5) as client:
+        result = client.ping()
+    _emit(args, result, f"desktop {result['desktop']!r} answers (pid {result['pid']})")
+    return 0
+
+
+def cmd_capabilities(args: argparse.Namespace) -> int:
+    """Version, JSON-RPC methods, formats and limits of the desktop."""
+    with _client(args) as client:
+        result = client.capabilities()
+    text = (
+        f"aotui {result['version']} (protocol {result['protocol']}), desktop "
+        f"{result['desktop']!r}\nJSON-RPC 2.0 at {result['socket']}: "
+        f"{', '.join(result['methods'])}\nformats: {', '.join(result['formats'])}"
+    )
+    _emit(args, result, text)
+    return 0
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Block until a signal, a text in an app's views, or quiet; exit 75 on timeout."""
+    condition = {
+        "reason": args.reason,
+        "text": args.text,
+        "app": args.app,
+        "view": args.view,
+        "gone": args.gone or None,
+        "quiet_ms": args.quiet_ms,
+    }
+    with _client(args) as client:
+        result = client.wait(timeout_ms=args.timeout_ms, **condition)
+    _emit(args, result, f"ok: {result['until']} after {result['waited_ms']} ms")
+    return 0
+
+
+def cmd_acquire(args: argparse.Namespace) -> int:
+    """Take the input lease for OWNER (or renew it with --token); prints its token."""
+    token = _reader(args).get("token")
+    with _client(args) as client:
+        result = client.call("acquire", owner=args.owner, token=token)
+    if args.quiet and not args.json:
+        print(result["token"])  # export AOTUI_LEASE_TOKEN=$(aotui acquire me --quiet)
+        return 0
+    _emit(
+        args,
+        result,
+        f"lease held by {result['owner']!r} for {result['lease_s']} s (renew by acquiring "
+        f"again with the token)\nexport AOTUI_LEASE_TOKEN={result['token']}",
+    )
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    """Give the input lease up (presenting --token or AOTUI_LEASE_TOKEN)."""
+    token = _reader(args).get("token")
+    if token is None:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            "release needs the lease's token: --token TOKEN or AOTUI_LEASE_TOKEN",
+        )
+    with _client(args) as client:
+        client.call("release", token=token)
+    _emit(args, {"released": True}, "lease released")
+    return 0
+
+
 def cmd_say(args: argparse.Namespace) -> int:
     """Post a user message into the chat app."""
     with _client(args) as client:
@@ -377,6 +448,11 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "snapshot": (cmd_snapshot, "print the Markdown desktop the agent reads"),
     "exec": (cmd_exec, "run <context> commands (argument or stdin)"),
     "say": (cmd_say, "post a user message into the chat app"),
+    "ping": (cmd_ping, "whether the desktop answers (exit 69 if not)"),
+    "capabilities": (cmd_capabilities, "version, JSON-RPC methods, formats, limits"),
+    "wait": (cmd_wait, "block until a signal, a text in an app, or quiet (exit 75: timeout)"),
+    "acquire": (cmd_acquire, "take the input lease (prints its token)"),
+    "release": (cmd_release, "give the input lease up"),
     "watch": (cmd_watch, "live snapshot, signals and log"),
     "logs": (cmd_logs, "an app's captured stdout/stderr; -f follows"),
     "demo": (cmd_demo, "a scripted agent session on the bundled apps"),
@@ -448,6 +524,15 @@ def build_parser() -> argparse.ArgumentParser:
     parsers["exec"].add_argument("--snapshot", help="snapshot id refs resolve against")
     parsers["logs"].add_argument("app", help="app_N (or manifest id, if the desktop runs)")
     parsers["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing")
+    wait = parsers["wait"]
+    wait.add_argument("--reason", choices=SIGNAL_REASONS, help="until a signal with this reason")
+    wait.add_argument("--text", help="until this text appears in --app's views")
+    wait.add_argument("--app", help="the app whose views --text is looked for in")
+    wait.add_argument("--view", help="only this view of --app")
+    wait.add_argument("--gone", action="store_true", help="until --text disappears instead")
+    wait.add_argument("--quiet-ms", type=int, help="until no change for this many ms")
+    wait.add_argument("--timeout-ms", type=int, default=10_000, help="give up (exit 75)")
+    parsers["acquire"].add_argument("owner", help="a name for people (status, errors)")
     parsers["say"].add_argument("text", help="the user's message")
     parsers["say"].add_argument(
         "--app", default="system.chat", help="app that receives it (default system.chat)"

@@ -254,6 +254,21 @@ class Client:
         if held and token is not None:
             self.call("release", timeout_s=timeout_s, token=token)
 
+    def wait(self, timeout_ms: int = 10_000, **condition: Any) -> dict[str, Any]:
+        """Block until ``reason=``, ``text=`` (with ``app=``, ``view=``, ``gone=``) or
+        ``quiet_ms=`` holds on the desktop; ``E_TIMEOUT`` past ``timeout_ms``."""
+        params = {k: v for k, v in condition.items() if v is not None}
+        budget_s = timeout_ms / 1000 + self.timeout_s
+        result: dict[str, Any] = self.call(
+            "wait_for", timeout_s=budget_s, timeout_ms=timeout_ms, **params
+        )
+        return result
+
+    def capabilities(self) -> dict[str, Any]:
+        """What the desktop offers: version, JSON-RPC methods, formats, limits."""
+        result: dict[str, Any] = self.call("get_capabilities")
+        return result
+
     def status(self) -> dict[str, Any]:
         """Supervisor and per-app status (CONTRACT §8)."""
         result: dict[str, Any] = self.call("status")

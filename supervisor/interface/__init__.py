@@ -6,6 +6,7 @@
   :mod:`~supervisor.interface.rpc_server` — ``RpcServer``, the ``rpc.sock`` socket served on the
   supervisor's event loop, bounded per peer.
 - :mod:`~supervisor.interface.snapshot_json` — a snapshot as structured data.
+- :mod:`~supervisor.interface.waits` — ``wait_for``: until a signal, a text, or quiet.
 
 The client (:mod:`supervisor.client`), the CLI (:mod:`supervisor.cli`) and the reports, watch and
 demo modules belong here too and move in later. Arrows point one way: these modules use the

@@ -1,0 +1,156 @@
+"""Wait-for (seed 002): block until something happens on the desktop, or ``E_TIMEOUT``.
+
+One condition a call: a signal ``reason`` (a change with that reason after the call began),
+``text`` appearing in (or, with ``gone``, disappearing from) an app's shown views, or the desktop
+being quiet (no change at all) for ``quiet_ms``. Conditions are checked on every change the
+desktop reports, before the signal throttle, so a wait answers within milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from aotui.protocol.errors import AotuiError, ErrorCode
+
+if TYPE_CHECKING:
+    from aotui.supervisor.server import Supervisor
+
+__all__ = ["DEFAULT_TIMEOUT_MS", "MAX_TIMEOUT_MS", "DesktopWaits"]
+
+DEFAULT_TIMEOUT_MS = 10_000
+MAX_TIMEOUT_MS = 600_000
+
+
+class DesktopWaits:
+    """The ``wait_for`` method of one desktop; at most ``max_waiters`` waits at once."""
+
+    def __init__(self, supervisor: Supervisor, max_waiters: int = 64) -> None:
+        self.supervisor = supervisor
+        self.max_waiters = max_waiters
+        self.last_change = time.monotonic()
+        self._waiters: set[_Waiter] = set()
+        supervisor.change_listeners.append(self.changed)
+
+    def changed(self, reason: str) -> None:
+        """A change on the desktop: every waiter looks at its condition again."""
+        self.last_change = time.monotonic()
+        for waiter in self._waiters:
+            waiter.reasons.add(reason)
+            waiter.wake.set()
+
+    async def wait_for(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Wait until the condition in ``params`` holds; ``E_TIMEOUT`` past ``timeout_ms``."""
+        timeout_ms = _positive(params, "timeout_ms", DEFAULT_TIMEOUT_MS)
+        if timeout_ms > MAX_TIMEOUT_MS:
+            raise _invalid(f"timeout_ms is at most {MAX_TIMEOUT_MS}, not {timeout_ms}")
+        chosen = [name for name in ("reason", "text", "quiet_ms") if params.get(name) is not None]
+        if len(chosen) != 1:
+            raise _invalid(
+                "wait_for needs exactly one of reason, text (with app) or quiet_ms; "
+                f"got {', '.join(chosen) or 'none'}"
+            )
+        if len(self._waiters) >= self.max_waiters:
+            raise AotuiError(
+                ErrorCode.E_RATE_LIMITED,
+                f"{len(self._waiters)} waits are running on this desktop (at most "
+                f"{self.max_waiters}); wait for one to end and retry",
+            )
+        check = self._condition(chosen[0], params)
+        started = time.monotonic()
+        deadline = started + timeout_ms / 1000
+        waiter = _Waiter()
+        self._waiters.add(waiter)
+        try:
+            while True:
+                waiter.wake.clear()
+                found, pause = check(waiter)
+                if found is not None:
+                    waited = round((time.monotonic() - started) * 1000)
+                    return {"until": chosen[0], **found, "waited_ms": waited}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AotuiError(
+                        ErrorCode.E_TIMEOUT,
+                        f"waited {timeout_ms} ms for {_describe(chosen[0], params)}; it did not "
+                        f"happen. Pull a snapshot to see the desktop, or wait longer.",
+                        {"until": chosen[0], "timeout_ms": timeout_ms},
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.wake.wait(), min(left, pause))
+        finally:
+            self._waiters.discard(waiter)
+
+    def _condition(self, kind: str, params: dict[str, Any]) -> Any:
+        if kind == "reason":
+            reason = _text(params, "reason")
+
+            def signalled(waiter: _Waiter) -> tuple[dict[str, Any] | None, float]:
+                return ({"reason": reason} if reason in waiter.reasons else None), 3600.0
+
+            return signalled
+        if kind == "quiet_ms":
+            quiet_ms = _positive(params, "quiet_ms", 0)
+
+            def quiet(waiter: _Waiter) -> tuple[dict[str, Any] | None, float]:
+                still = time.monotonic() - self.last_change
+                if still * 1000 >= quiet_ms:
+                    return {"quiet_ms": round(still * 1000)}, 0.0
+                return None, quiet_ms / 1000 - still
+
+            return quiet
+        text = _text(params, "text")
+        app = self.supervisor.desktop.app(_text(params, "app"))
+        view = params.get("view")
+        gone = bool(params.get("gone"))
+
+        def appears(waiter: _Waiter) -> tuple[dict[str, Any] | None, float]:
+            shown = any(
+                text in markdown
+                for view_id, _fragment, markdown in app.views.shown()
+                if view is None or view_id == view
+            )
+            if shown != gone:
+                return {"text": text, "app": app.app_id, "gone": gone}, 0.0
+            return None, 3600.0
+
+        return appears
+
+
+class _Waiter:
+    """One running wait: woken on every change, with the reasons seen since it began."""
+
+    def __init__(self) -> None:
+        self.wake = asyncio.Event()
+        self.reasons: set[str] = set()
+
+
+def _invalid(message: str) -> AotuiError:
+    return AotuiError(ErrorCode.E_INVALID_CMD, message)
+
+
+def _text(params: dict[str, Any], name: str) -> str:
+    value = params.get(name)
+    if not isinstance(value, str) or not value:
+        raise _invalid(f"wait_for needs {name!r} as a non-empty string")
+    return value
+
+
+def _positive(params: dict[str, Any], name: str, default: int) -> int:
+    value = params.get(name)
+    if value is None:
+        return default
+    if type(value) is not int or value < 0:
+        raise _invalid(f"{name} must be a non-negative integer of milliseconds, not {value!r}")
+    return value
+
+
+def _describe(kind: str, params: dict[str, Any]) -> str:
+    if kind == "reason":
+        return f"a {params['reason']} signal"
+    if kind == "quiet_ms":
+        return f"{params['quiet_ms']} ms without a change"
+    verb = "to disappear from" if params.get("gone") else "to appear in"
+    return f"{params['text']!r} {verb} {params['app']}"
