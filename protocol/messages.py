@@ -230,6 +230,9 @@ class Ack(Message):
     result: Any = None
     #: The app's serialized state after the operation, when the app provides a hook.
     state: Any = None
+    #: For keyed data (a dict of parts), instead of ``state``: the parts that changed since the
+    #: last acknowledged operation (``None``: the part is gone).
+    state_changes: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,9 @@ name ``app``. Its views are :class:`View` subclasses, typed by their app (``View
 describes. Operations are view methods decorated with :func:`operation`: the method's name,
 docstring and typed signature declare the operation once, and :meth:`View.button` writes its
 markup (:mod:`sandbox.operations`). After every operation, timer or callback the worker re-renders
-the mounted views and sends the supervisor only those that changed, so handlers just change
-state — there is nothing to "refresh".
+the mounted views whose :meth:`View.inputs` changed (all of them, for a view that does not say)
+and sends the supervisor only those that changed, so handlers just change state — there is
+nothing to "refresh". :meth:`App.state_inputs` does the same for the stored data.
 
 See ``docs/apps.md`` for a tutorial.
 """
@@ -18,7 +19,7 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar, final
 
@@ -104,6 +105,16 @@ class View(Generic[AppT]):
     def context(self) -> Mapping[str, Any]:
         """Names the template uses besides ``view`` and ``app``; computed once per render."""
         return {}
+
+    def inputs(self) -> Hashable:
+        """A cheap value that changes whenever what this view shows changes.
+
+        The worker re-renders a mounted view only when its inputs differ from those of its last
+        render (compared with ``==``), so return something small — a counter the app bumps, a
+        tuple of them — never the data itself. ``None`` (the default) means "unknown": the view
+        is re-rendered after every operation, timer and callback.
+        """
+        return None
 
     def render(self) -> str:
         """This view's HTML; the root element carries ``view="Name"``. Must not change state."""
@@ -225,6 +236,7 @@ class App:
         self._seq = itertools.count()
         self._posted: list[Callable[[], Any]] = []
         self._posted_lock = threading.Lock()
+        self._aotui_changed: set[str] = set()
         #: Set by the worker: called (from any thread) to wake its loop after :meth:`call_soon`.
         self.wakeup: Callable[[], None] = lambda: None
         #: Set by the worker: sends a line to the desktop's System Logs.
@@ -242,6 +254,24 @@ class App:
         """The app's data as plain msgpack-able values; restored by :meth:`restore`."""
         return None
 
+    def serialize_part(self, part: str) -> Any:
+        """For keyed data: the value of one part of :meth:`serialize`'s dict (``None``: gone).
+
+        An app that defines it returns a dict of parts from :meth:`serialize` and calls
+        :meth:`changed` with the parts an operation changes: after the first operation of a
+        run, only those are serialized, sent and stored.
+        """
+        raise NotImplementedError
+
+    def state_inputs(self) -> Hashable:
+        """A cheap value that changes whenever what :meth:`serialize` returns changes.
+
+        After an operation the worker serializes (and the desktop stores) the app's data only
+        when this differs from its value at the last acknowledged operation. ``None`` (the
+        default) means "unknown": the data is serialized after every operation.
+        """
+        return None
+
     def restore(self, data: Any) -> None:
         """Rebuild state from what :meth:`serialize` returned before a restart."""
 
@@ -257,6 +287,21 @@ class App:
         raise LookupError(f"{type(self).__name__} does not accept event {call.operation!r}")
 
     # --- services for the app (final: an override would break the worker's use of them) ---------
+
+    @final
+    def changed(self, *parts: str) -> None:
+        """Record parts of the keyed data (see :meth:`serialize_part`) that changed."""
+        self._aotui_changed.update(parts)
+
+    @final
+    def keyed(self) -> bool:
+        """Whether the app's data is keyed: it defines :meth:`serialize_part`."""
+        return type(self).serialize_part is not App.serialize_part
+
+    @final
+    def changed_parts(self) -> set[str]:
+        """The parts recorded by :meth:`changed` since the worker last cleared them."""
+        return self._aotui_changed
 
     @final
     def add_view(self, view: ViewT) -> ViewT:

@@ -65,6 +65,11 @@ PROTOCOL = 1
 #: How long a new worker waits for its :class:`Start` before giving up.
 START_TIMEOUT_S = 30.0
 
+# Equal to nothing an app returns: "no inputs recorded yet".
+_UNKNOWN: Any = object()
+# The acknowledged state of a keyed app: what was sent whole and changed since is stored.
+_KEYED: Any = object()
+
 
 def _denial(exc: BaseException) -> str:
     """Why ``exc`` is the sandbox saying no (``""`` when it is not).
@@ -108,6 +113,11 @@ class WorkerLoop:
         self.mounted: dict[str, View[Any]] = {}
         self.parents: dict[str, str | None] = {}
         self.sent: dict[str, ViewFragment] = {}
+        #: ``View.inputs()`` of each mounted view at its last render (only views that give any).
+        self.inputs: dict[str, Any] = {}
+        #: ``App.state_inputs()`` at the last acknowledged operation; the data is sent again
+        #: only when it differs (``_UNKNOWN`` after a start: the first operation sends it).
+        self.acked_state: Any = _UNKNOWN
         self.running = True
         #: Set once an effect could not be acknowledged: this process's memory holds an effect
         #: that must not survive, so it runs nothing more until the supervisor restarts it.
@@ -150,6 +160,7 @@ class WorkerLoop:
                     doomed.add(child)
                     changed = True
         for victim in doomed:
+            self.inputs.pop(victim, None)  # mounted again, it renders afresh
             gone = self.mounted.pop(victim, None)
             if gone is not None:
                 gone.on_dismount()
@@ -201,11 +212,30 @@ class WorkerLoop:
             self.send(update)
 
     def collect(self, force: bool = False) -> FragmentUpdate | None:
-        """Re-render every mounted view; the update to send for the ones that changed."""
+        """Re-render the views whose inputs changed; the update to send for those that differ.
+
+        A mounted view whose :meth:`View.inputs` equal those of its last render is not rendered
+        at all; an unmounted one is rendered (as unmounted) once, when it is dismounted.
+        """
         changed: list[ViewFragment] = []
         for key in list(self.sent) + [k for k in self.mounted if k not in self.sent]:
-            fragment = self.render_one(key, self.mounted.get(key))
-            if self.sent.get(key) != fragment:
+            view = self.mounted.get(key)
+            old = self.sent.get(key)
+            if view is None:
+                if old is not None and not old.mounted:
+                    continue  # already sent as unmounted
+                fragment = self.render_one(key, None)
+            else:
+                inputs = self.view_inputs(key, view)
+                same = inputs is not None and self.inputs.get(key, _UNKNOWN) == inputs
+                if same and old is not None and old.mounted:
+                    continue
+                fragment = self.render_one(key, view)
+                if inputs is None or fragment.markdown.startswith("**This view failed"):
+                    self.inputs.pop(key, None)
+                else:
+                    self.inputs[key] = inputs
+            if old != fragment:
                 self.sent[key] = fragment
                 changed.append(fragment)
         if changed or force:
@@ -213,7 +243,43 @@ class WorkerLoop:
             return FragmentUpdate(revision=self.revision, views=changed, removed=[])
         return None
 
+    def view_inputs(self, key: str, view: View[Any]) -> Any:
+        """``view.inputs()``; ``None`` (render it) when the hook fails, which is logged."""
+        try:
+            return view.inputs()
+        except Exception as exc:
+            self.log(f"{key}: inputs() failed: {type(exc).__name__}: {exc}", "error")
+            return None
+
     # --- requests -------------------------------------------------------------------------------
+
+    def changed_state(self) -> tuple[Any, dict[str, Any] | None, Any]:
+        """``(data, changes, inputs)`` after an operation; ``None`` for what did not change.
+
+        Keyed data (:meth:`App.serialize_part`) is sent whole after a start, then as the parts
+        :meth:`App.changed` named; other data whole, unless :meth:`App.state_inputs` says it is
+        as it was at the last acknowledged operation.
+        """
+        if self.app.keyed() and self.acked_state is _KEYED:
+            parts = self.app.changed_parts()
+            if not parts:
+                return None, None, _KEYED
+            try:
+                return None, {part: self.app.serialize_part(part) for part in parts}, _KEYED
+            except Exception as exc:
+                self.log(f"serialize_part() failed: {type(exc).__name__}: {exc}", "error")
+                return self.state(), None, None  # whole, then; parts again from the next one
+        try:
+            inputs = self.app.state_inputs()
+        except Exception as exc:
+            self.log(f"state_inputs() failed: {type(exc).__name__}: {exc}", "error")
+            inputs = None
+        if inputs is not None and inputs == self.acked_state:
+            return None, None, inputs
+        data = self.state()
+        if self.app.keyed() and isinstance(data, dict):
+            inputs = _KEYED
+        return data, None, inputs
 
     def state(self) -> Any:
         """The app's serialized data, or ``None`` when its hook fails (logged)."""
@@ -292,21 +358,20 @@ class WorkerLoop:
         # The ack is encoded before the views go out: an effect that cannot be acknowledged
         # must never be shown, nor kept.
         update = self.collect()
+        data, changes, inputs = self.changed_state()
+        ack = Ack(message.request_id, self.revision, result, data, changes)
         try:
-            frame = codec.encode(
-                Ack(
-                    request_id=message.request_id,
-                    revision=self.revision,
-                    result=result,
-                    state=self.state(),
-                )
-            )
+            frame = codec.encode(ack)
         except AotuiError as exc:
             self.discard_effect(message.request_id, exc)
             return
         if update is not None:
             self.send(update)
         self.sock.send(frame, copy=False)
+        # A None input never matches: an app that does not say is serialized every time.
+        self.acked_state = _UNKNOWN if inputs is None else inputs
+        if inputs is _KEYED:
+            self.app.changed_parts().clear()
 
     def discard_effect(self, request_id: int, exc: AotuiError) -> None:
         """The handler ran but its ack cannot be sent: ask to be restarted, run nothing more.

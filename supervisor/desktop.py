@@ -286,6 +286,25 @@ class Desktop:
             raise
         app.saved_state = state
 
+    async def _commit_parts(self, app: AppRecord, changes: dict[str, Any]) -> None:
+        """Like :meth:`_commit` for keyed data: only the changed parts are written, then adopted."""
+        state = app.saved_state
+        assert isinstance(state, dict)
+        if self.store is not None and self.config.durability != "batch":
+            entry = self._entry(app)  # its data: the parts as they were, before ``changes``
+            try:
+                await asyncio.to_thread(self.store.save_parts, self.serialize(), entry, changes)
+            except StoreIOError as exc:
+                self._store_failed(exc)
+                raise
+        for part, value in changes.items():
+            if value is None:
+                state.pop(part, None)
+            else:
+                state[part] = value
+        if self.store is not None and self.config.durability == "batch":
+            await self.persist(app)
+
     def _reserve_ids(self, count: int) -> int:
         """A durable block of snapshot ids (a small write, once per ``count`` pulls)."""
         assert self.store is not None
@@ -625,11 +644,22 @@ class Desktop:
             raise AotuiError(
                 ErrorCode.E_APP_ERROR, f"{app.app_id} answered {what} with a {reply.KIND} frame"
             )
-        if reply.state is not None and reply.state != app.saved_state:
-            try:
-                await self._commit(app, reply.state)  # the ack waits for this (durability "ack")
-            except StoreIOError as exc:
-                raise await self._undo(app, what, exc) from None
+        if reply.state_changes and not isinstance(app.saved_state, dict):
+            # Changes to data this desktop does not hold cannot be stored: the effect must go.
+            await self._stop_worker(app, "unacknowledged effect")
+            raise AotuiError(
+                ErrorCode.E_APP_ERROR,
+                f"{app.app_id} sent changed parts of data it never sent whole; {what} took no "
+                f"effect: the app restarts from its last acknowledged state",
+                {"outcome": "not applied"},
+            )
+        try:  # the ack waits for the store (durability "ack")
+            if reply.state_changes:
+                await self._commit_parts(app, reply.state_changes)
+            elif reply.state is not None and reply.state != app.saved_state:
+                await self._commit(app, reply.state)
+        except StoreIOError as exc:
+            raise await self._undo(app, what, exc) from None
         return reply.result
 
     async def _stop_worker(self, app: AppRecord, reason: str) -> None:

@@ -3,7 +3,10 @@
 ``AOTUI_HOME/desktops/<name>.db`` holds the desktop's :class:`~supervisor.state.DesktopState`:
 a ``meta`` table (format version, id, times, next ``app_N``, the snapshot-id reservation) and an
 ``apps`` table (one row per installed app; the app's own data is stored as a codec frame, so
-bytes and every plain value survive exactly, and each row carries a checksum of its content).
+bytes and every plain value survive exactly, and each row carries a checksum of its content) and
+an ``app_parts`` table: for an app whose data is keyed (a dict of parts), an acknowledged
+operation writes only the parts it changed (:meth:`DesktopStore.save_parts`), which override the
+app row's data when loaded; writing the whole app row again drops them.
 Durability is the caller's choice per write: ``synchronous=FULL`` makes a commit durable before
 it returns (per-ack mode). The file is opened in SQLite's exclusive locking mode: one process at
 a time (the supervisor, which also holds :mod:`~supervisor.store_lock`), and no shared-memory
@@ -34,7 +37,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +60,9 @@ __all__ = [
     "row_checksum",
 ]
 
-#: Version of the SQLite schema (the DesktopState inside has its own version).
-SCHEMA_VERSION = 2
+#: Version of the SQLite schema (the DesktopState inside has its own version). 3 added
+#: ``app_parts``, created (like every table) at the first write.
+SCHEMA_VERSION = 3
 #: Snapshot ids are reserved in blocks, so ids from before a crash are never handed out again.
 SNAPSHOT_ID_BLOCK = 100_000
 
@@ -70,6 +74,13 @@ CREATE TABLE IF NOT EXISTS apps (
     entry TEXT NOT NULL,
     data BLOB,
     checksum TEXT
+);
+CREATE TABLE IF NOT EXISTS app_parts (
+    app TEXT NOT NULL,
+    part TEXT NOT NULL,
+    data BLOB,
+    checksum TEXT NOT NULL,
+    PRIMARY KEY (app, part)
 );
 """
 
@@ -194,6 +205,8 @@ class DesktopStore:
         }
         #: Whether the tables exist (a new store has none until its first write).
         self._tables = bool(tables)
+        #: Whether ``app_parts`` exists (schema 2 stores get it at their first write).
+        self._parts = "app_parts" in tables
         if tables and not {"meta", "apps"} <= tables:
             found = ", ".join(sorted(tables))[:200]
             raise StoreCorrupt(self.path, f"its tables are not aotui's (found: {found})")
@@ -222,7 +235,7 @@ class DesktopStore:
         db.execute(
             "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
-        self._tables = self._checksums = self._ready = True
+        self._tables = self._checksums = self._ready = self._parts = True
 
     def close(self) -> None:
         """Close the database (checkpointing the WAL)."""
@@ -265,6 +278,11 @@ class DesktopStore:
                 rows = self._db.execute(
                     f"SELECT app, entry, data, {checksum} FROM apps ORDER BY position"
                 ).fetchall()
+                part_rows = (
+                    self._db.execute("SELECT app, part, data, checksum FROM app_parts").fetchall()
+                    if self._parts
+                    else []
+                )
         except sqlite3.Error as exc:
             raise from_sqlite(self.path, exc, "read") from None
         if "id" not in meta:
@@ -273,8 +291,12 @@ class DesktopStore:
             return None
         apps = []
         self.quarantined = []
+        parts = _group_parts(part_rows)
         for app, entry_text, data, checksum in rows:
             entry, problem = read_row(entry_text, data, checksum)
+            if entry is not None and str(app) in parts:
+                problem = _apply_parts(entry, parts[str(app)])
+                entry = None if problem else entry
             if entry is None:
                 manifest_id = _peek_manifest_id(entry_text)
                 self.quarantined.append(Quarantined(str(app), manifest_id, problem))
@@ -309,10 +331,13 @@ class DesktopStore:
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
             marks = ", ".join("?" * len(keep))
             db.execute(f"DELETE FROM apps WHERE app NOT IN ({marks})", keep)
+            db.execute(f"DELETE FROM app_parts WHERE app NOT IN ({marks})", keep)
             for position, entry in enumerate(state.apps):
                 db.execute(
                     "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)", _app_row(position, entry)
                 )
+                # The row holds the whole data now: its parts are in it.
+                db.execute("DELETE FROM app_parts WHERE app = ?", (entry.app,))
 
     def save_apps(self, state: DesktopState, entries: list[AppEntry]) -> None:
         """Write some apps (and the desktop's meta) in one durable transaction."""
@@ -324,11 +349,44 @@ class DesktopStore:
                     "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)",
                     _app_row(positions.get(entry.app, len(positions)), entry),
                 )
+                db.execute("DELETE FROM app_parts WHERE app = ?", (entry.app,))
+
+    def save_parts(self, state: DesktopState, entry: AppEntry, changes: dict[str, Any]) -> None:
+        """Write the parts of ``entry``'s keyed data that changed, in one durable transaction.
+
+        ``entry.data`` is the data before ``changes``, which maps a part to its new value
+        (``None``: the part is gone). When the store has no row for the app yet, the row is
+        written whole instead, so parts always have a base.
+        """
+        with self._transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
+            known = db.execute("SELECT 1 FROM apps WHERE app = ?", (entry.app,)).fetchone()
+            if known is None:
+                data = dict(entry.data or {})
+                for part, value in changes.items():
+                    if value is None:
+                        data.pop(part, None)
+                    else:
+                        data[part] = value
+                position = next(
+                    (i for i, e in enumerate(state.apps) if e.app == entry.app), len(state.apps)
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)",
+                    _app_row(position, replace(entry, data=data)),
+                )
+                db.execute("DELETE FROM app_parts WHERE app = ?", (entry.app,))
+                return
+            db.executemany(
+                "INSERT OR REPLACE INTO app_parts VALUES (?, ?, ?, ?)",
+                [_part_row(entry.app, part, value) for part, value in changes.items()],
+            )
 
     def delete_app(self, app: str) -> None:
         """Forget an uninstalled app."""
         with self._transaction() as db:
             db.execute("DELETE FROM apps WHERE app = ?", (app,))
+            db.execute("DELETE FROM app_parts WHERE app = ?", (app,))
 
     def reserve_snapshot_ids(self, count: int = SNAPSHOT_ID_BLOCK) -> int:
         """The first of ``count`` fresh snapshot ids, durably never handed out again."""
@@ -416,3 +474,39 @@ def _app_row(position: int, entry: AppEntry) -> tuple[str, int, str, bytes | Non
     blob = None if data is None else codec.encode(AppState(request_id=0, data=data))
     text = json.dumps(fields)
     return (entry.app, position, text, blob, row_checksum(text, blob))
+
+
+# A part written as gone (``None``) is stored as NULL data; its checksum still covers the row.
+def _part_row(app: str, part: str, value: Any) -> tuple[str, str, bytes | None, str]:
+    blob = None if value is None else codec.encode(AppState(request_id=0, data=value))
+    return (app, part, blob, row_checksum(f"{app}\x00{part}", blob))
+
+
+def _group_parts(rows: list[Any]) -> dict[str, list[tuple[Any, Any, Any]]]:
+    grouped: dict[str, list[tuple[Any, Any, Any]]] = {}
+    for app, part, data, checksum in rows:
+        grouped.setdefault(str(app), []).append((part, data, checksum))
+    return grouped
+
+
+def _apply_parts(entry: AppEntry, rows: list[tuple[Any, Any, Any]]) -> str:
+    """Lay the stored parts over ``entry.data``; what is wrong with them (``""``: nothing)."""
+    data = {} if entry.data is None else entry.data
+    if not isinstance(data, dict):
+        return "it has stored parts but its data is not keyed"
+    for part, raw, checksum in rows:
+        blob = None if raw is None else bytes(raw)
+        if not isinstance(part, str) or checksum != row_checksum(f"{entry.app}\x00{part}", blob):
+            return f"its part {part!r:.60} does not match its checksum (damaged on disk)"
+        if blob is None:
+            data.pop(part, None)
+            continue
+        try:
+            frame = codec.decode(blob)
+        except AotuiError as exc:
+            return f"its part {part!r:.60} cannot be decoded ({exc.message})"
+        if not isinstance(frame, AppState):
+            return f"its part {part!r:.60} is a {frame.KIND} frame, not app state"
+        data[part] = frame.data
+    entry.data = data
+    return ""

@@ -26,7 +26,7 @@ import pytest
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.client import Client, DesktopUnavailable
 from aotui.supervisor.registry import SnapshotRegistry
-from aotui.supervisor.store import DesktopStore
+from aotui.supervisor.store import SCHEMA_VERSION, DesktopStore
 from aotui.supervisor.store_faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for, write_config
 
@@ -805,5 +805,5 @@ def test_a_schema_1_store_loads_unchanged_and_upgrades_on_its_first_write(
     store.close()
     with contextlib.closing(sqlite3.connect(path)) as db:
         version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        assert version[0] == "2"
+        assert version[0] == str(SCHEMA_VERSION)
         assert db.execute("SELECT checksum FROM apps").fetchone()[0] is not None

@@ -1,9 +1,11 @@
 """Notes: short notes the agent adds, reads, edits and deletes.
 
-The root view "Notes" lists every note (title and a preview line) with ``add_note``, ``edit_note``
-and ``delete_note``, which take the note as a ref (``notes[0]``). Each note links to its own view
-(key ``note:<id>``) with the full text and ``edit`` / ``delete`` operations that act on that note,
-so they need no ref.
+The root view "Notes" lists the newest :data:`PAGE` notes (title and a preview line) with
+``add_note``, ``edit_note`` and ``delete_note``, which take the note as a ref (``notes[0]``); older
+notes are a link away, :data:`PAGE` per view (key ``notes:page:<n>``, ``n`` from 2), so an
+operation costs the same with 10 notes or 10,000. Each note links to its own view (key
+``note:<id>``) with the full text and ``edit`` / ``delete`` operations that act on that note, so
+they need no ref.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from aotui.sandbox.sdk import App, Ref, View, operation
 PREVIEW_CHARS = 80
 #: Longest title a note may have.
 MAX_TITLE_CHARS = 200
+#: Notes shown per view: the newest in the root, older ones a page (a link) further each.
+PAGE = 50
 
 Note = dict[str, str]
 
@@ -33,13 +37,22 @@ def _preview(text: str) -> str:
 
 
 class NotesView(View["NotesApp"]):
-    """The root: every note, oldest first, with the operations that take a note as a ref."""
+    """A page of notes, oldest first, with the operations that take a note as a ref.
+
+    Page 1 (the root) holds the newest :data:`PAGE` notes; page ``n`` the ``PAGE`` before those
+    of page ``n - 1``, and links to page ``n + 1`` when there are older ones.
+    """
 
     template = """
+{% if page == 1 %}
 <section view="Notes" description="Your notes">
   <h2>Notes</h2>
+{% else %}
+<section view="Older Notes" description="Notes older than those of the previous page">
+  <h2>Older Notes (page {{ page }})</h2>
+{% endif %}
 {% if notes %}
-  <ul list="note[]:notes" title="Notes">
+  <ul list="note[]:{{ list_id }}" title="{{ "Notes" if page == 1 else "Older Notes" }}">
   {%- for note, preview in notes -%}
     <li {{ view.item(note["id"], {"id": note["id"], "title": note["title"], "preview": preview}) }}>
     {{- note["title"] }}<ul><li>Preview: {{ preview or "(empty)" }}</li>
@@ -49,13 +62,34 @@ class NotesView(View["NotesApp"]):
   {%- endfor -%}
   </ul>
 {% else %}
-  <p>No notes yet.</p>
+  <p>{{ "No notes yet." if page == 1 else "No older notes." }}</p>
+{% endif %}
+{% if older %}
+  {{ view.link("notes:page:" ~ (page + 1), older ~ " older notes",
+      "Page " ~ (page + 1) ~ ": the " ~ [older, page_size] | min ~ " notes before these") }}
 {% endif %}
   {{ view.buttons() }}
 </section>"""
 
+    def __init__(self, key: str, page: int = 1) -> None:
+        super().__init__(key)
+        self.page = page
+
+    def inputs(self) -> int:
+        return self.app.version
+
     def context(self) -> Mapping[str, Any]:
-        return {"notes": [(note, _preview(note["text"])) for note in self.app.notes.values()]}
+        ids = self.app.order
+        end = max(0, len(ids) - (self.page - 1) * PAGE)
+        start = max(0, end - PAGE)
+        shown = [self.app.notes[note_id] for note_id in ids[start:end]]
+        return {
+            "notes": [(note, _preview(note["text"])) for note in shown],
+            "page": self.page,
+            "list_id": "notes" if self.page == 1 else f"notes_page_{self.page}",
+            "older": start,
+            "page_size": PAGE,
+        }
 
     @operation
     def add_note(self, title: str, text: str) -> Note:
@@ -95,6 +129,9 @@ class NoteView(View["NotesApp"]):
         super().__init__(key)
         self.note_id = note_id
 
+    def inputs(self) -> int:
+        return self.app.version
+
     def context(self) -> Mapping[str, Any]:
         return {"note": self.app.notes.get(self.note_id)}
 
@@ -115,16 +152,26 @@ class NotesApp(App):
     def __init__(self) -> None:
         super().__init__()
         self.notes: dict[str, Note] = {}
+        #: Note ids oldest first (what a page slices without walking the whole dict).
+        self.order: list[str] = []
         self.next_id = 1
+        #: Bumped by every change: the views' and the stored data's inputs.
+        self.version = 0
         self.root = NotesView("notes")
 
     def roots(self) -> list[View[Any]]:
         return [self.root]
 
+    def state_inputs(self) -> int:
+        return self.version
+
     def resolve_view(self, key: str) -> View[Any] | None:
-        kind, _, note_id = key.partition(":")
-        if kind == "note" and note_id in self.notes:
-            return NoteView(key, note_id)
+        kind, _, rest = key.partition(":")
+        if kind == "note" and rest in self.notes:
+            return NoteView(key, rest)
+        page = rest.removeprefix("page:")
+        if kind == "notes" and rest.startswith("page:") and page.isdigit() and int(page) > 1:
+            return NotesView(key, int(page))
         return None
 
     def add(self, title: str, text: str) -> Note:
@@ -139,6 +186,9 @@ class NotesApp(App):
         }
         self.next_id += 1
         self.notes[note["id"]] = note
+        self.order.append(note["id"])
+        self.version += 1
+        self.changed(_part(note["id"]), "next_id")
         return note
 
     def edit(self, note_id: str, text: str, title: str | None = None) -> Note:
@@ -148,12 +198,17 @@ class NotesApp(App):
             note["title"] = _title(title)
         note["text"] = text
         note["updated"] = _now()
+        self.version += 1
+        self.changed(_part(note_id))
         return note
 
     def delete(self, note_id: str) -> Note:
         """Remove a note; returns it."""
         note = self._note(note_id)
         del self.notes[note_id]
+        self.order.remove(note_id)
+        self.version += 1
+        self.changed(_part(note_id))
         return note
 
     def _note(self, note_id: str) -> Note:
@@ -162,12 +217,34 @@ class NotesApp(App):
             raise LookupError(f"note {note_id!r} no longer exists; read the Notes list again")
         return note
 
+    # Keyed data: one part per note and one for the counter, so an operation stores one note.
+
     def serialize(self) -> Any:
-        return {"notes": list(self.notes.values()), "next_id": self.next_id}
+        return {"next_id": self.next_id} | {_part(i): note for i, note in self.notes.items()}
+
+    def serialize_part(self, part: str) -> Any:
+        if part == "next_id":
+            return self.next_id
+        return self.notes.get(part.removeprefix("note:"))
 
     def restore(self, data: Any) -> None:
-        self.notes = {note["id"]: dict(note) for note in data["notes"]}
+        # Data stored before notes were keyed is one list under "notes".
+        notes = data.get("notes") or [v for k, v in data.items() if k.startswith("note:")]
+        notes.sort(key=lambda note: _number(note["id"]))
+        self.notes = {note["id"]: dict(note) for note in notes}
+        self.order = list(self.notes)
         self.next_id = int(data["next_id"])
+        self.version += 1
+
+
+def _part(note_id: str) -> str:
+    return f"note:{note_id}"
+
+
+def _number(note_id: str) -> int:
+    """``note_12`` → 12: notes are shown in the order they were added."""
+    digits = note_id.rpartition("_")[2]
+    return int(digits) if digits.isdigit() else 0
 
 
 def _title(title: str) -> str:

@@ -2,7 +2,9 @@
 
 Navigation → Conversations → one view per conversation (several can be mounted at once, each
 with its own ``message_history`` list and ``send_message`` / ``reply_message`` operations).
-The user's side posts into the "User" conversation with ``aotui say TEXT``.
+The user's side posts into the "User" conversation with ``aotui say TEXT``. A conversation view
+shows its newest :data:`PAGE` messages and links to the earlier ones (key
+``conversation:<id>:page:<n>``, ``n`` from 2).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any, Literal
 from aotui.sandbox.sdk import App, OperationCall, Ref, View, operation
 
 AGENT = "Agent"
+#: Messages shown per conversation view: the newest in the conversation, earlier ones a page
+#: (a link) further each, so sending a message costs the same in a short chat or a long one.
+PAGE = 50
 
 Message = dict[str, str]
 
@@ -34,6 +39,9 @@ class Navigation(View["ChatApp"]):
     <li{{ view.link_attrs(app.contacts_view, "People you can talk to") }}>Contacts</li>
   </ul>
 </nav>"""
+
+    def inputs(self) -> int:
+        return self.app.version
 
     def context(self) -> Mapping[str, Any]:
         return {"unread": sum(c["unread"] for c in self.app.conversations.values())}
@@ -59,6 +67,9 @@ class Conversations(View["ChatApp"]):
   </ul>
 </section>"""
 
+    def inputs(self) -> int:
+        return self.app.version
+
 
 class Contacts(View["ChatApp"]):
     """People the agent can talk to."""
@@ -73,13 +84,21 @@ class Contacts(View["ChatApp"]):
   </ul>
 </section>"""
 
+    def inputs(self) -> int:
+        return 0  # the contacts never change
+
 
 class Conversation(View["ChatApp"]):
     """One conversation: profile, message history, send and reply."""
 
     template = """
 {% set group = conv["type"] == "Group Chat" %}
+{% if page > 1 %}
+<section view="{{ conv["title"] }} (page {{ page }})"
+  description="Earlier messages of the conversation with {{ conv["title"] }}">
+{% else %}
 <section view="{{ conv["title"] }}" description="Conversation with {{ conv["title"] }}">
+{% endif %}
   <h2>{{ "Group Chat Detail" if group else "Private Chat Detail" }}</h2>
 {% if group %}
   <h3>Group Profile</h3><ul><li>Name: {{ conv["title"] }}</li>
@@ -88,8 +107,8 @@ class Conversation(View["ChatApp"]):
   <h3>Peer Profile</h3><ul><li>Name: {{ conv["title"] }}</li>
   <li>Email: {{ conv.get("email", "") }}</li></ul>
 {% endif %}
-  <ol list="message[]:message_history" title="Message History">
-  {%- for msg in conv["messages"] -%}
+  <ol list="message[]:{{ list_id }}" title="Message History">
+  {%- for msg in messages -%}
     <li {{ view.item(msg["id"], {"id": msg["id"], "sender": msg["sender"], "text": msg["text"]}) }}>
     {{- msg["text"] }}<ul>
     {%- if group or msg["sender"] == agent %}<li>Sender: {{ msg["sender"] }}</li>{% endif -%}
@@ -100,23 +119,49 @@ class Conversation(View["ChatApp"]):
     <li>Content: {{ msg["text"] }}</li></ul></li>
   {%- endfor -%}
   </ol>
+{% if earlier %}
+  {{ view.link(view.key_of_page(page + 1), earlier ~ " earlier messages",
+      "Page " ~ (page + 1) ~ ": the " ~ [earlier, page_size] | min ~ " messages before these") }}
+{% endif %}
   {{ view.buttons() }}
 </section>"""
 
-    def __init__(self, key: str, conv_id: str) -> None:
+    def __init__(self, key: str, conv_id: str, page: int = 1) -> None:
         super().__init__(key)
         self.conv_id = conv_id
+        self.page = page
+
+    def inputs(self) -> int:
+        return self.app.versions.get(self.conv_id, 0)
+
+    def key_of_page(self, page: int) -> str:
+        """The key of this conversation's view of page ``page`` (1 is the newest messages)."""
+        return f"conversation:{self.conv_id}" + (f":page:{page}" if page > 1 else "")
 
     def context(self) -> Mapping[str, Any]:
-        return {"conv": self.app.conversations[self.conv_id], "agent": AGENT}
+        conv = self.app.conversations[self.conv_id]
+        messages = conv["messages"]
+        end = max(0, len(messages) - (self.page - 1) * PAGE)
+        start = max(0, end - PAGE)
+        return {
+            "conv": conv,
+            "agent": AGENT,
+            "messages": messages[start:end],
+            "page": self.page,
+            "list_id": "message_history" if self.page == 1 else f"message_history_{self.page}",
+            "earlier": start,
+            "page_size": PAGE,
+        }
 
     def on_mount(self) -> None:
         # Mounted, the conversation is in front of the agent: nothing in it is unread. (This
         # used to happen in render(), which must not change state.)
-        self.app.reading(self.conv_id, True)
+        if self.page == 1:  # an earlier page shows no new messages
+            self.app.reading(self.conv_id, True)
 
     def on_dismount(self) -> None:
-        self.app.reading(self.conv_id, False)
+        if self.page == 1:
+            self.app.reading(self.conv_id, False)
 
     @operation
     def send_message(self, content: str) -> Message:
@@ -179,13 +224,34 @@ class ChatApp(App):
         self.contacts_view = Contacts("contacts")
         #: The conversations whose view is mounted: the agent sees their messages as they come.
         self.open: set[str] = set()
+        #: Bumped by every change (the views' and the stored data's inputs); ``versions`` per
+        #: conversation, so a message re-renders only its own conversation's views.
+        self.version = 0
+        self.versions: dict[str, int] = {}
+        #: Message id → its conversation (where a changed message part is found).
+        self.messages = {
+            m["id"]: conv_id for conv_id, c in self.conversations.items() for m in c["messages"]
+        }
+
+    def state_inputs(self) -> int:
+        return self.version
+
+    def _changed(self, conv_id: str, *parts: str) -> None:
+        self.version += 1
+        self.versions[conv_id] = self.versions.get(conv_id, 0) + 1
+        self.changed(f"conv:{conv_id}", *parts)
 
     def roots(self) -> list[View[Any]]:
         return [self.navigation]
 
     def resolve_view(self, key: str) -> View[Any] | None:
-        if key.startswith("conversation:") and key.split(":", 1)[1] in self.conversations:
-            return Conversation(key, key.split(":", 1)[1])
+        kind, _, rest = key.partition(":")
+        conv_id, _, page = rest.partition(":page:")
+        if kind == "conversation" and conv_id in self.conversations:
+            if not page:
+                return Conversation(key, conv_id)
+            if page.isdigit() and int(page) > 1:
+                return Conversation(key, conv_id, int(page))
         fixed = {"conversations": self.conversations_view, "contacts": self.contacts_view}
         return fixed.get(key)
 
@@ -193,7 +259,9 @@ class ChatApp(App):
         """Note whether a conversation is in front of the agent; mounting it marks it read."""
         if mounted:
             self.open.add(conv_id)
-            self.conversations[conv_id]["unread"] = 0
+            if self.conversations[conv_id]["unread"]:
+                self.conversations[conv_id]["unread"] = 0
+                self._changed(conv_id)
         else:
             self.open.discard(conv_id)
 
@@ -207,8 +275,10 @@ class ChatApp(App):
         self.next_id += 1
         conv = self.conversations[conv_id]
         conv["messages"].append(message)
+        self.messages[message["id"]] = conv_id
         if sender != AGENT and conv_id not in self.open:
             conv["unread"] += 1
+        self._changed(conv_id, f"msg:{message['id']}", "next_id")
         return message
 
     def handle_event(self, call: OperationCall) -> Any:
@@ -216,12 +286,54 @@ class ChatApp(App):
             return super().handle_event(call)
         return self.add_message("user", "User", str(call.args.get("text", "")))
 
+    # Keyed data: a part per conversation (without its messages), one per message and one for
+    # the counter, so a message stores itself and its conversation's unread count only.
+
     def serialize(self) -> Any:
-        return {"conversations": self.conversations, "next_id": self.next_id}
+        data: dict[str, Any] = {"next_id": self.next_id}
+        for conv_id in self.conversations:
+            data[f"conv:{conv_id}"] = self.serialize_part(f"conv:{conv_id}")
+            for message in self.conversations[conv_id]["messages"]:
+                data[f"msg:{message['id']}"] = {"conv": conv_id, **message}
+        return data
+
+    def serialize_part(self, part: str) -> Any:
+        kind, _, key = part.partition(":")
+        if kind == "conv":
+            conv = self.conversations.get(key)
+            return None if conv is None else {k: v for k, v in conv.items() if k != "messages"}
+        if kind == "msg":
+            conv_id = self.messages.get(key)
+            if conv_id is None:
+                return None
+            found = (m for m in reversed(self.conversations[conv_id]["messages"]) if m["id"] == key)
+            return {"conv": conv_id, **next(found)}
+        return self.next_id if part == "next_id" else None
 
     def restore(self, data: Any) -> None:
-        self.conversations = data["conversations"]
+        if "conversations" in data:  # stored before the data was keyed
+            self.conversations = data["conversations"]
+        else:
+            self.conversations = {
+                key[5:]: {**conv, "messages": []}
+                for key, conv in data.items()
+                if key.startswith("conv:")
+            }
+            stored = [dict(v) for k, v in data.items() if k.startswith("msg:")]
+            stored.sort(key=lambda message: _number(message["id"]))
+            for message in stored:
+                self.conversations[message.pop("conv")]["messages"].append(message)
         self.next_id = data["next_id"]
+        self.messages = {
+            m["id"]: conv_id for conv_id, c in self.conversations.items() for m in c["messages"]
+        }
+        self.version += 1
+
+
+def _number(message_id: str) -> int:
+    """``msg_12`` → 12: messages are kept in the order they were sent."""
+    digits = message_id.rpartition("_")[2]
+    return int(digits) if digits.isdigit() else 0
 
 
 app = ChatApp()
