@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.structure import sanitize
 from aotui.supervisor.manifest import Manifest
 from aotui.supervisor.restart import RestartTracker
 from aotui.supervisor.view_tree import ViewTree
@@ -86,8 +87,8 @@ class AppRecord:
 
     @property
     def name(self) -> str:
-        """The app's display name."""
-        return self.manifest.name
+        """The app's display name, sanitized: it is quoted in logs and error messages."""
+        return sanitize(self.manifest.name, limit=64)
 
     @property
     def is_live(self) -> bool:

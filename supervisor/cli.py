@@ -393,6 +393,28 @@ def cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Serve the desktop as an MCP server: stdio, or streamable HTTP with --http HOST:PORT."""
+    import anyio  # the MCP SDK is imported here only: other commands do not pay for it
+
+    from aotui.supervisor.interface.mcp_server import serve_http, serve_stdio
+
+    with _client(args, timeout_s=5) as client:
+        client.ping()  # fail at once, with exit 69, when no desktop answers
+    if args.http is None:
+        anyio.run(serve_stdio, args.desktop, args.socket)
+        return 0
+    host, _, port = args.http.rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "[::1]") or not port.isdigit():
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"--http takes a loopback address and port (127.0.0.1:PORT; 0 picks a free port), "
+            f"not {args.http!r}: the desktop is not served beyond this machine",
+        )
+    anyio.run(serve_http, args.desktop, args.socket, host.strip("[]"), int(port))
+    return 0
+
+
 def cmd_say(args: argparse.Namespace) -> int:
     """Post a user message into the chat app."""
     with _client(args) as client:
@@ -453,6 +475,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "wait": (cmd_wait, "block until a signal, a text in an app, or quiet (exit 75: timeout)"),
     "acquire": (cmd_acquire, "take the input lease (prints its token)"),
     "release": (cmd_release, "give the input lease up"),
+    "mcp": (cmd_mcp, "serve the desktop as an MCP server (stdio, or --http 127.0.0.1:PORT)"),
     "watch": (cmd_watch, "live snapshot, signals and log"),
     "logs": (cmd_logs, "an app's captured stdout/stderr; -f follows"),
     "demo": (cmd_demo, "a scripted agent session on the bundled apps"),
@@ -532,6 +555,9 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("--gone", action="store_true", help="until --text disappears instead")
     wait.add_argument("--quiet-ms", type=int, help="until no change for this many ms")
     wait.add_argument("--timeout-ms", type=int, default=10_000, help="give up (exit 75)")
+    parsers["mcp"].add_argument(
+        "--http", metavar="ADDR", help="streamable HTTP on 127.0.0.1:PORT instead of stdio"
+    )
     parsers["acquire"].add_argument("owner", help="a name for people (status, errors)")
     parsers["say"].add_argument("text", help="the user's message")
     parsers["say"].add_argument(

@@ -32,7 +32,6 @@ from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal
-from aotui.protocol.structure import sanitize
 from aotui.supervisor.app_record import AppRecord
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.conn_guard import (
@@ -203,10 +202,7 @@ class Supervisor:
                 )
             reply: Reply | ErrorReply = Reply(request_id, await method(dict(request.params)))
         except AotuiError as exc:
-            # The last gate before the agent: a message may quote app text (an operation id, a
-            # ref type), which must not draw lines or structural tags of its own.
-            message = sanitize(exc.message, limit=4000)
-            reply = ErrorReply(request_id, exc.code.value, message, exc.data)
+            reply = ErrorReply(request_id, exc.code.value, exc.message, exc.data)
         except Exception as exc:
             log.error("internal error: %s", traceback.format_exc())
             reply = ErrorReply(

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.protocol.messages import FragmentUpdate, ViewFragment
+from aotui.protocol.messages import ChildLink, FragmentUpdate, OperationSpec, ViewFragment
 from aotui.protocol.structure import sanitize
 
 __all__ = [
@@ -48,6 +48,37 @@ def attribute_text(text: str) -> str:
         .replace('"', "&quot;")
         .replace("<", "&lt;")
         .replace(">", "&gt;")
+    )
+
+
+def _cleaned(fragment: ViewFragment) -> ViewFragment:
+    """The fragment as the supervisor keeps it: every string the agent may be shown (names,
+    labels, descriptions, operation ids and argument schemas, ref names and types, in a snapshot
+    or quoted in an error message) sanitized; the Markdown is kept apart (see ``apply``)."""
+
+    def line(text: str, limit: int = 200) -> str:
+        return sanitize(text, limit=limit)
+
+    return dataclasses.replace(
+        fragment,
+        name=line(fragment.name),
+        markdown="",
+        refs={line(ref): value for ref, value in fragment.refs.items()},
+        keys={line(ref): key for ref, key in fragment.keys.items()},
+        ref_types={line(ref): line(kind) for ref, kind in fragment.ref_types.items()},
+        operations=[
+            OperationSpec(
+                line(op.op_id),
+                line(op.label),
+                line(op.description, 300),
+                {line(name, 100): line(kind, 100) for name, kind in op.args.items()},
+            )
+            for op in fragment.operations
+        ],
+        links=[
+            ChildLink(link.key, line(link.label), line(link.description, 300))
+            for link in fragment.links
+        ],
     )
 
 
@@ -91,9 +122,7 @@ class ViewTree:
         share = frame_bytes // max(len(update.views), 1)
         arriving: dict[str, tuple[ViewFragment, int]] = {}
         for fragment in update.views:
-            cleaned = dataclasses.replace(
-                fragment, name=sanitize(fragment.name, limit=200), markdown=""
-            )
+            cleaned = _cleaned(fragment)
             arriving[fragment.key] = (cleaned, max(share, len(fragment.markdown)))
         count = len(self.fragments.keys() | arriving.keys())
         if count > MAX_FRAGMENTS:

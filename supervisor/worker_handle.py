@@ -333,19 +333,16 @@ def _alive(pid: int) -> bool:
 def _clean(result: Any) -> Any:
     """An operation's result with every string sanitized (it is shown to the agent as is).
 
-    Walked with an explicit stack: the worker chose the nesting (the codec bounds it anyway).
+    Copied with an explicit stack: the worker chose the nesting (the codec bounds it anyway).
     """
     if isinstance(result, str):
         return sanitize(result, lines=True, limit=None)
     if not isinstance(result, dict | list):
         return result
-    root: list[Any] = [result]
-    stack: list[tuple[Any, list[Any] | dict[Any, Any]]] = [(result, root)]
-    copies: dict[int, Any] = {}
+    root: Any = [] if isinstance(result, list) else {}
+    stack: list[tuple[Any, Any]] = [(result, root)]
     while stack:
-        source, _parent = stack.pop()
-        copy: Any = [] if isinstance(source, list) else {}
-        copies[id(source)] = copy
+        source, target = stack.pop()
         items = enumerate(source) if isinstance(source, list) else source.items()
         for key, value in items:
             if isinstance(key, str):
@@ -353,25 +350,14 @@ def _clean(result: Any) -> Any:
             if isinstance(value, str):
                 value = sanitize(value, lines=True, limit=None)
             elif isinstance(value, dict | list):
-                stack.append((value, copy))
-                value = _Pending(id(value))
-            if isinstance(copy, list):
-                copy.append(value)
+                child: Any = [] if isinstance(value, list) else {}
+                stack.append((value, child))  # filled in place, later
+                value = child
+            if isinstance(target, list):
+                target.append(value)
             else:
-                copy[key] = value
-    for copy in copies.values():
-        items = enumerate(copy) if isinstance(copy, list) else copy.items()
-        for key, value in list(items):
-            if isinstance(value, _Pending):
-                copy[key] = copies[value.ident]
-    return copies[id(result)]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pending:
-    """A place in a copied container still waiting for its copied child."""
-
-    ident: int
+                target[key] = value
+    return root
 
 
 def _app_data(reply: ErrorReply) -> dict[str, Any]:

@@ -32,6 +32,11 @@ DISTRIBUTIONS = {
     "psutil": "psutil",
     "jinja2": "jinja2",
     "markupsafe": "markupsafe",
+    "mcp": "mcp",
+    "anyio": "anyio",
+    "pydantic": "pydantic",
+    "starlette": "starlette",
+    "uvicorn": "uvicorn",
 }
 
 

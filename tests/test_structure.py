@@ -242,7 +242,7 @@ def test_sanitized_text_is_one_clean_line(text: str) -> None:
         assert not FORGED.search(clean)
         assert not contains_structural(clean)
         assert not any(unicodedata.category(char) in ("Cc", "Cf") for char in clean)
-        assert sanitize(clean, limit=40) == clean or clean.endswith("…")
+        assert sanitize(clean, limit=None) == clean  # idempotent
 
 
 @settings(max_examples=200, deadline=None)

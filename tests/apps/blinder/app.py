@@ -10,13 +10,14 @@ breaks, an error message carrying structural tags.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 
 import zmq
 
 from aotui.protocol import codec
-from aotui.protocol.messages import ChildLink, FragmentUpdate, ViewFragment
+from aotui.protocol.messages import ChildLink, FragmentUpdate, OperationSpec, ViewFragment
 from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 #: What an error reply from this app tries to make the agent read.
@@ -121,10 +122,14 @@ class BlinderView(View):
             return "survived fresh keys"
         if what == "label":
             link = ChildLink("labelled", FORGED_LABEL, "")
-            send([fragment("labels", None, "[Child](view:@labelled)\n", [link])])
+            forged = fragment("labels", None, "[Child](view:@labelled)\n", [link])
+            op = OperationSpec(FORGED_ERROR, FORGED_LABEL, FORGED_ERROR, {FORGED_ERROR: "string"})
+            send([dataclasses.replace(forged, operations=[op], ref_types={FORGED_ERROR: "x"})])
             return "sent a forged label"
         if what == "error":
             raise RuntimeError(FORGED_ERROR)
+        if what == "result":
+            return {"nested": [{FORGED_ERROR: FORGED_ERROR}]}  # type: ignore[return-value]
         raise LookupError(f"no attack {what!r}")
 
 

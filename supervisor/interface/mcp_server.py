@@ -1,0 +1,361 @@
+"""``aotui mcp``: one desktop as an MCP server (stdio, or streamable HTTP on loopback).
+
+Built on the official ``mcp`` SDK's low-level server. Tools ``snapshot``, ``exec``, ``execute``,
+``wait`` and ``status``; resources ``aotui://NAME/snapshot`` and ``aotui://NAME/status``, with a
+resource-updated notification to subscribers on every desktop signal. Each MCP session has its
+own desktop client: its own snapshot id (refs resolve against what *it* read) and, from its first
+``exec``/``execute``, the input lease. Errors come back as tool results with ``isError`` and
+``{code, message, recoverable}``, so the model can recover.
+
+Imported only by the ``mcp`` command: the SDK costs start-up time no other command should pay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import mcp.types as types
+import zmq
+import zmq.asyncio
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.session import ServerSession
+from pydantic import AnyUrl
+
+from aotui.protocol import codec
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import Signal
+from aotui.supervisor.client import Client
+
+__all__ = ["DesktopMcp", "serve_http", "serve_stdio"]
+
+_OBJECT = "object"
+TOOLS = [
+    types.Tool(
+        name="snapshot",
+        description=(
+            "Read the desktop as Markdown (what you act on). Optionally only one app's block "
+            "(app: app_N) or one of its views (view: view_N). Refs like notes[1] in a later "
+            "exec/execute mean what this read showed."
+        ),
+        inputSchema={
+            "type": _OBJECT,
+            "properties": {"app": {"type": "string"}, "view": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    ),
+    types.Tool(
+        name="exec",
+        description=(
+            "Run commands written as <context> blocks, e.g. "
+            '<context app_id="app_2" view_id="view_0">execute add_note --title T --text hi'
+            "</context>. Several run in order; the first failure stops the rest."
+        ),
+        inputSchema={
+            "type": _OBJECT,
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+    ),
+    types.Tool(
+        name="execute",
+        description="Run one operation in its structured form (app, view, operation, args).",
+        inputSchema={
+            "type": _OBJECT,
+            "properties": {
+                "app": {"type": "string"},
+                "view": {"type": "string"},
+                "operation": {"type": "string"},
+                "args": {"type": "object"},
+            },
+            "required": ["app", "view", "operation"],
+            "additionalProperties": False,
+        },
+    ),
+    types.Tool(
+        name="wait",
+        description=(
+            "Block until one condition holds: a signal reason, a text appearing (or with "
+            "gone: true, disappearing) in an app's views, or quiet_ms without a change."
+        ),
+        inputSchema={
+            "type": _OBJECT,
+            "properties": {
+                "reason": {"type": "string"},
+                "text": {"type": "string"},
+                "app": {"type": "string"},
+                "view": {"type": "string"},
+                "gone": {"type": "boolean"},
+                "quiet_ms": {"type": "integer", "minimum": 0},
+                "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
+            },
+            "additionalProperties": False,
+        },
+    ),
+    types.Tool(
+        name="status",
+        description="The desktop's apps: state, pid, memory, CPU, restarts, last exit.",
+        inputSchema={"type": _OBJECT, "properties": {}, "additionalProperties": False},
+    ),
+]
+
+
+class DesktopMcp:
+    """The MCP face of one desktop: a low-level SDK server and one client per MCP session."""
+
+    def __init__(self, desktop: str, socket_dir: str | None) -> None:
+        self.desktop = desktop
+        self.socket_dir = socket_dir
+        self.server: Server[Any, Any] = Server("aotui", instructions=_INSTRUCTIONS)
+        self.uris = {kind: f"aotui://{desktop}/{kind}" for kind in ("snapshot", "status")}
+        self._clients: dict[int, tuple[Client, anyio.Lock]] = {}
+        self._subscribed: dict[int, tuple[ServerSession, set[str]]] = {}
+        self._register()
+
+    def options(self) -> Any:
+        """The initialization options: tools, resources with subscriptions."""
+        return self.server.create_initialization_options(NotificationOptions())
+
+    # --- the session's client -------------------------------------------------------------------
+
+    def _session(self) -> ServerSession:
+        return self.server.request_context.session
+
+    async def _call(self, work: Any) -> Any:
+        """Run ``work(client)`` on this MCP session's client, one call at a time."""
+        key = id(self._session())
+        if key not in self._clients:
+            client = Client(self.desktop, self.socket_dir, timeout_s=30.0)
+            client.owner = f"mcp-{os.getpid()}-{len(self._clients) + 1}"
+            self._clients[key] = (client, anyio.Lock())
+        client, lock = self._clients[key]
+        async with lock:
+            return await anyio.to_thread.run_sync(work, client)
+
+    def close(self) -> None:
+        """Release every session's lease and close its client."""
+        for client, _ in self._clients.values():
+            with contextlib.suppress(AotuiError):
+                client.close()
+        self._clients.clear()
+
+    # --- handlers -------------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        server = self.server
+
+        @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
+        async def list_tools() -> list[types.Tool]:
+            return TOOLS
+
+        @server.call_tool(validate_input=True)  # type: ignore[untyped-decorator]
+        async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+            try:
+                return await self._tool(name, arguments)
+            except AotuiError as exc:
+                error: dict[str, Any] = {
+                    "code": exc.code.value,
+                    "message": exc.message,
+                    "recoverable": exc.recoverable,
+                }
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=json.dumps(error))],
+                    structuredContent=error,
+                    isError=True,
+                )
+
+        @server.list_resources()  # type: ignore[no-untyped-call, untyped-decorator]
+        async def list_resources() -> list[types.Resource]:
+            return [
+                types.Resource(
+                    uri=AnyUrl(self.uris["snapshot"]),
+                    name="snapshot",
+                    description=f"The desktop {self.desktop!r} as the agent reads it",
+                    mimeType="text/markdown",
+                ),
+                types.Resource(
+                    uri=AnyUrl(self.uris["status"]),
+                    name="status",
+                    description=f"Apps of the desktop {self.desktop!r}: state, pid, memory",
+                    mimeType="application/json",
+                ),
+            ]
+
+        @server.read_resource()  # type: ignore[no-untyped-call, untyped-decorator]
+        async def read_resource(uri: AnyUrl) -> str:
+            if str(uri) == self.uris["snapshot"]:
+                return str(await self._call(lambda client: client.snapshot()))
+            if str(uri) == self.uris["status"]:
+                return json.dumps(await self._call(lambda client: client.status()))
+            raise ValueError(f"no resource {uri}; known: {', '.join(self.uris.values())}")
+
+        @server.subscribe_resource()  # type: ignore[no-untyped-call, untyped-decorator]
+        async def subscribe(uri: AnyUrl) -> None:
+            session = self._session()
+            entry = self._subscribed.setdefault(id(session), (session, set()))
+            entry[1].add(str(uri))
+
+        @server.unsubscribe_resource()  # type: ignore[no-untyped-call, untyped-decorator]
+        async def unsubscribe(uri: AnyUrl) -> None:
+            entry = self._subscribed.get(id(self._session()))
+            if entry is not None:
+                entry[1].discard(str(uri))
+
+    async def _tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        if name == "snapshot":
+            markdown = await self._call(lambda client: client.snapshot())
+            text = _focus(markdown, arguments.get("app"), arguments.get("view"))
+            return _text_result(text)
+        if name in ("exec", "execute"):
+            command: Any = arguments["text"] if name == "exec" else dict(arguments)
+
+            def run(client: Client) -> Any:
+                if client.lease_token is None:
+                    client.acquire()  # the MCP session is the input-lease owner
+                return client.execute(command)
+
+            return _json_result(await self._call(run))
+        if name == "wait":
+            return _json_result(await self._call(lambda client: client.wait(**arguments)))
+        if name == "status":
+            return _json_result(await self._call(lambda client: client.status()))
+        raise AotuiError(ErrorCode.E_NOT_FOUND, f"no tool {name!r}")
+
+    # --- signals → resource updates ---------------------------------------------------------------
+
+    async def follow_signals(self) -> None:
+        """Tell subscribed sessions their resources changed, on every desktop signal."""
+        probe = Client(self.desktop, self.socket_dir)
+        endpoint = probe.paths.signals
+        probe.close()
+        context = zmq.asyncio.Context()
+        sub = context.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.MAXMSGSIZE, 1 << 16)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(endpoint)
+        try:
+            while True:
+                frame = await sub.recv()
+                with contextlib.suppress(AotuiError):
+                    if not isinstance(codec.decode(frame), Signal):
+                        continue
+                for key, (session, uris) in list(self._subscribed.items()):
+                    for uri in sorted(uris):
+                        try:
+                            await session.send_resource_updated(AnyUrl(uri))
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            self._subscribed.pop(key, None)  # that session has gone
+                            break
+        finally:
+            sub.close(linger=0)
+            context.term()
+
+
+_INSTRUCTIONS = (
+    "An aotui desktop: apps you read as Markdown (tool snapshot) and drive with commands "
+    "(tools exec and execute). Read first, then act; refs like notes[1] mean what you read."
+)
+
+
+def _text_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+def _json_result(result: Any) -> types.CallToolResult:
+    text = json.dumps(result, ensure_ascii=False, default=str)
+    structured = result if isinstance(result, dict) else {"result": result}
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structuredContent=structured
+    )
+
+
+def _focus(markdown: str, app: str | None, view: str | None) -> str:
+    """The snapshot, or only one app's block, or only one view of it."""
+    if app is None:
+        if view is not None:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, "view needs app (view ids are per app)")
+        return markdown
+    block = re.search(
+        rf'^<application id="{re.escape(app)}" name="[^"]*">$.*?^</application>$',
+        markdown,
+        re.M | re.S,
+    )
+    if block is None:
+        raise AotuiError(
+            ErrorCode.E_NOT_FOUND,
+            f"{app} has no block in the snapshot (not running, collapsed, or no such app); "
+            f"read the whole snapshot to see the Applications list",
+        )
+    if view is None:
+        return block[0]
+    part = re.search(
+        rf'^<view id="{re.escape(view)}" name="[^"]*">$.*?^</view>$', block[0], re.M | re.S
+    )
+    if part is None:
+        raise AotuiError(ErrorCode.E_NOT_FOUND, f"{app} shows no view {view} (mount it first)")
+    return part[0]
+
+
+@contextlib.asynccontextmanager
+async def _running(face: DesktopMcp) -> AsyncIterator[None]:
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(face.follow_signals)
+        try:
+            yield
+        finally:
+            tasks.cancel_scope.cancel()
+            face.close()
+
+
+async def serve_stdio(desktop: str, socket_dir: str | None) -> None:
+    """Serve one MCP session over stdin/stdout until the client closes it."""
+    from mcp.server.stdio import stdio_server
+
+    face = DesktopMcp(desktop, socket_dir)
+    async with _running(face), stdio_server() as (read, write):
+        await face.server.run(read, write, face.options())
+
+
+async def serve_http(desktop: str, socket_dir: str | None, host: str, port: int) -> None:
+    """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` (loopback only)."""
+    import uvicorn
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    face = DesktopMcp(desktop, socket_dir)
+    manager = StreamableHTTPSessionManager(app=face.server)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with _running(face), manager.run():
+            yield
+
+    class Endpoint:
+        """The session manager as a plain ASGI endpoint at ``/mcp`` (no redirect to ``/mcp/``)."""
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await manager.handle_request(scope, receive, send)
+
+    app = Starlette(routes=[Route("/mcp", endpoint=Endpoint())], lifespan=lifespan)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+
+    async def announce() -> None:
+        while not server.started:
+            await anyio.sleep(0.02)
+        bound = server.servers[0].sockets[0].getsockname()
+        print(f"aotui mcp: serving http://{bound[0]}:{bound[1]}/mcp", file=sys.stderr, flush=True)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(announce)
+        await server.serve()
+        tasks.cancel_scope.cancel()

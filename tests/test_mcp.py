@@ -1,0 +1,171 @@
+"""``aotui mcp`` driven by the MCP SDK's own client, over stdio and streamable HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import AnyUrl
+
+from tests.conftest import RunningDesktop
+
+Start = Callable[..., RunningDesktop]
+OPEN = "<context>open --application {}</context>"
+
+
+def where(desktop: RunningDesktop) -> list[str]:
+    return ["--desktop", desktop.name, "--socket", str(desktop.runtime)]
+
+
+def payload(result: types.CallToolResult) -> Any:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+async def exercise(session: ClientSession, desktop: RunningDesktop, updates: list[str]) -> None:
+    """Every tool and resource, as a model would use them."""
+    await session.initialize()
+    names = {tool.name for tool in (await session.list_tools()).tools}
+    assert names == {"snapshot", "exec", "execute", "wait", "status"}
+
+    snapshot = await session.call_tool("snapshot", {})
+    assert not snapshot.isError
+    assert payload(snapshot).startswith("<desktop>")
+    opened = await session.call_tool(
+        "exec", {"text": "<context>open --application app_0</context>"}
+    )
+    assert not opened.isError, payload(opened)
+    # The MCP session holds the input lease now.
+    assert desktop.client.status()["lease_owner"].startswith("mcp-")
+    bumped = await session.call_tool(
+        "execute", {"app": "app_0", "view": "view_0", "operation": "bump"}
+    )
+    assert bumped.structuredContent == {"ran": 1, "results": [1]}
+    focused = payload(await session.call_tool("snapshot", {"app": "app_0", "view": "view_0"}))
+    assert focused.startswith('<view id="view_0" name="Echo">')
+    assert "Calls: 1" in focused
+
+    failed = await session.call_tool(
+        "exec", {"text": "<context>open --application app_9</context>"}
+    )
+    assert failed.isError
+    error = json.loads(payload(failed))
+    assert (error["code"], error["recoverable"]) == ("E_NOT_FOUND", True)
+    assert "app_9" in error["message"]
+    timed_out = await session.call_tool("wait", {"reason": "app_crashed", "timeout_ms": 100})
+    assert timed_out.isError
+    assert json.loads(payload(timed_out))["code"] == "E_TIMEOUT"
+    quiet = await session.call_tool("wait", {"quiet_ms": 50})
+    assert quiet.structuredContent is not None
+    assert quiet.structuredContent["until"] == "quiet_ms"
+    status = json.loads(payload(await session.call_tool("status", {})))
+    assert status["apps"][0]["state"] == "running"
+
+    uris = {str(r.uri) for r in (await session.list_resources()).resources}
+    status_uri = f"aotui://{desktop.name}/status"
+    assert uris == {f"aotui://{desktop.name}/snapshot", status_uri}
+    read = await session.read_resource(AnyUrl(f"aotui://{desktop.name}/snapshot"))
+    content = read.contents[0]
+    assert isinstance(content, types.TextResourceContents)
+    assert content.text.startswith("<desktop>")
+    await session.subscribe_resource(AnyUrl(status_uri))
+    await session.call_tool("execute", {"app": "app_0", "view": "view_0", "operation": "bump"})
+    with anyio.fail_after(10):
+        while status_uri not in updates:
+            await anyio.sleep(0.02)
+
+
+def collector(updates: list[str]) -> Any:
+    async def handle(message: Any) -> None:
+        if isinstance(message, types.ServerNotification) and isinstance(
+            message.root, types.ResourceUpdatedNotification
+        ):
+            updates.append(str(message.root.params.uri))
+
+    return handle
+
+
+@pytest.mark.timeout(90)
+def test_over_stdio(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"])
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "aotui.supervisor", "mcp", *where(desktop)],
+        env=dict(os.environ),
+    )
+    updates: list[str] = []
+
+    async def main() -> None:
+        async with (
+            stdio_client(server) as (read, write),
+            ClientSession(read, write, message_handler=collector(updates)) as session,
+        ):
+            await exercise(session, desktop, updates)
+
+    anyio.run(main)
+    # The session ended: its lease went with it.
+    assert desktop.client.status()["lease_owner"] is None
+
+
+@pytest.mark.timeout(90)
+def test_over_streamable_http(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aotui.supervisor", "mcp", "--http", "127.0.0.1:0", *where(desktop)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert "serving http://127.0.0.1:" in line, line
+        url = line.split("serving ", 1)[1].strip()
+        updates: list[str] = []
+
+        async def main() -> None:
+            async with (
+                streamable_http_client(url) as (read, write, _),
+                ClientSession(read, write, message_handler=collector(updates)) as session,
+            ):
+                await exercise(session, desktop, updates)
+
+        anyio.run(main)
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+@pytest.mark.timeout(60)
+def test_http_only_on_loopback(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"])
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aotui.supervisor",
+            "mcp",
+            "--http",
+            "0.0.0.0:8080",
+            *where(desktop),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert refused.returncode == 64
+    assert "loopback" in refused.stderr
