@@ -33,6 +33,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal
 from aotui.supervisor.app_record import AppRecord
+from aotui.supervisor.client_queues import IN_FLIGHT, QUEUED, ClientQueues
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.conn_guard import (
     HANDSHAKE_S,
@@ -123,6 +124,8 @@ class Supervisor:
         self.control = context.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         self.control.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_S * 1000))
+        # Replies a client does not read are dropped past this many, not kept (ROUTER semantics).
+        self.control.setsockopt(zmq.SNDHWM, QUEUED)
         self.control.setsockopt(zmq.MAXMSGSIZE, codec.MAX_FRAME_BYTES)
         self.pub = context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -177,15 +180,39 @@ class Supervisor:
                 self.paths.pidfile.unlink()
 
     async def _serve_control(self) -> None:
-        pending: set[asyncio.Task[None]] = set()
+        # One bounded queue per client: a client that never reads cannot starve the others.
+        queues = ClientQueues(self._answer, self._refuse)
         while True:
             frames = await self.control.recv_multipart(copy=True)
             if len(frames) != 2:
+                # One frame per request (after the identity ROUTER adds): say so, never go quiet.
+                await self._reply(
+                    frames[0],
+                    ErrorReply(
+                        0,
+                        ErrorCode.E_INVALID_CMD.value,
+                        f"a request is one frame; this message had {len(frames) - 1}",
+                    ),
+                )
                 continue
             identity, frame = frames
-            task = asyncio.get_running_loop().create_task(self._answer(identity, frame))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
+            await queues.offer(identity, frame)
+
+    async def _refuse(self, identity: bytes, frame: bytes) -> None:
+        """Answer a request whose client already has its queue full: ``E_RATE_LIMITED``."""
+        request_id = 0
+        with contextlib.suppress(AotuiError):
+            request = codec.decode(frame)
+            request_id = request.request_id if isinstance(request, Request) else 0
+        message = (
+            f"this client has {IN_FLIGHT} requests being served and {QUEUED} waiting; read the "
+            f"replies before sending more (this request did not run)"
+        )
+        await self._reply(identity, ErrorReply(request_id, ErrorCode.E_RATE_LIMITED.value, message))
+
+    async def _reply(self, identity: bytes, reply: Reply | ErrorReply) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            await self.control.send_multipart([identity, codec.encode(reply)], copy=False)
 
     async def _answer(self, identity: bytes, frame: bytes) -> None:
         request_id = 0

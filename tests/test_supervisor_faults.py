@@ -21,8 +21,11 @@ from typing import Any
 
 import psutil
 import pytest
+import zmq
 
+from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import ErrorReply, Request
 from aotui.supervisor.client import Client
 from aotui.supervisor.paths import unix_address
 from aotui.supervisor.stall import LoopClock
@@ -513,3 +516,63 @@ def test_a_connection_flood_is_refused_and_the_supervisor_stays_up(start_desktop
     assert rows(client)["app_0"]["pid"] == worker  # the workers never noticed
     assert bump(client, "app_0") == {"ran": 1, "results": [1]}
     wait_for(lambda: "client connection(s) beyond the bound" in system_logs(client), 15, "a log")
+
+
+# --- item 4 and 11: a client that never reads, malformed multipart messages -------------------
+
+
+def test_a_client_that_never_reads_cannot_starve_the_others(start_desktop: Start) -> None:
+    desktop = start_desktop(["lister", "echo", "crashy"])
+    client = desktop.client
+    client.execute(
+        "<context>open --application app_0; open --application app_1; "
+        "open --application app_2</context>"
+    )
+    for _ in range(20):  # warm up: the allocator's arenas for ordinary work
+        client.snapshot()
+    before = client.status()["rss_bytes"]
+    context = zmq.Context()
+    flood = context.socket(zmq.DEALER)
+    flood.setsockopt(zmq.LINGER, 0)
+    flood.setsockopt(zmq.SNDHWM, 0)
+    flood.setsockopt(zmq.RCVHWM, 1)  # and never reads
+    flood.connect(client.paths.control)
+    try:
+        for request_id in range(10_000):
+            flood.send(codec.encode(Request(request_id + 1, "snapshot", {})))
+        other = desktop.new_client(timeout_s=5)
+        waits = []
+        for _ in range(20):
+            started = time.monotonic()
+            other.ping(timeout_s=5)
+            waits.append(time.monotonic() - started)
+            time.sleep(0.05)
+        waits.sort()
+        assert waits[-1] < 1.5, waits  # the worst of 20 pings, while 10,000 requests wait
+        peak = client.status()["rss_bytes"]
+    finally:
+        flood.close(linger=0)
+        context.term()
+    time.sleep(1.0)
+    after = client.status()["rss_bytes"]
+    # Bounded while it lasted and given back after: not 100 MB kept for replies nobody reads.
+    assert peak - before < 8 << 20, (before, peak, after)
+    assert after - before < 8 << 20, (before, peak, after)
+
+
+def test_a_multipart_request_is_answered_not_ignored(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"])
+    context = zmq.Context()
+    raw = context.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(desktop.client.paths.control)
+    try:
+        raw.send_multipart([codec.encode(Request(1, "ping", {})), b"second", b"third"])
+        assert raw.poll(5000), "no reply to a three-part message"
+        reply = codec.decode(raw.recv())
+        assert isinstance(reply, ErrorReply)
+        assert reply.code == ErrorCode.E_INVALID_CMD.value
+        assert "one frame" in reply.message
+    finally:
+        raw.close(linger=0)
+        context.term()
