@@ -415,6 +415,39 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """Print the desktop's state as JSON (``aotui export NAME > state.json``)."""
+    args.desktop = args.name or args.desktop
+    with _client(args) as client:
+        state = client.export_state()
+    print(json.dumps(state, indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Give a desktop's apps the data of an exported state (``aotui import NAME < state.json``)."""
+    args.desktop = args.name or args.desktop
+    if args.file in (None, "-"):
+        text = sys.stdin.read()
+    else:
+        with open(args.file) as handle:
+            text = handle.read()
+    try:
+        state = json.loads(text)
+    except ValueError as exc:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD, f"the state to import is not JSON ({exc}); use aotui export"
+        ) from None
+    with _client(args) as client:
+        client.lease_token = _reader(args).get("token")
+        result = client.import_state(state)
+    skipped = (
+        f"; skipped (not installed): {', '.join(result['skipped'])}" if result["skipped"] else ""
+    )
+    _emit(args, result, f"imported {', '.join(result['imported']) or 'nothing'}{skipped}")
+    return 0
+
+
 def cmd_say(args: argparse.Namespace) -> int:
     """Post a user message into the chat app."""
     with _client(args) as client:
@@ -475,6 +508,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "wait": (cmd_wait, "block until a signal, a text in an app, or quiet (exit 75: timeout)"),
     "acquire": (cmd_acquire, "take the input lease (prints its token)"),
     "release": (cmd_release, "give the input lease up"),
+    "export": (cmd_export, "print the desktop's state as JSON"),
+    "import": (cmd_import, "give the apps the data of an exported state (stdin or --file)"),
     "mcp": (cmd_mcp, "serve the desktop as an MCP server (stdio, or --http 127.0.0.1:PORT)"),
     "watch": (cmd_watch, "live snapshot, signals and log"),
     "logs": (cmd_logs, "an app's captured stdout/stderr; -f follows"),
@@ -555,6 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("--gone", action="store_true", help="until --text disappears instead")
     wait.add_argument("--quiet-ms", type=int, help="until no change for this many ms")
     wait.add_argument("--timeout-ms", type=int, default=10_000, help="give up (exit 75)")
+    for name in ("export", "import"):
+        parsers[name].add_argument("name", nargs="?", help="the desktop (default: --desktop)")
+    parsers["import"].add_argument("--file", help="the exported JSON (default: stdin)")
     parsers["mcp"].add_argument(
         "--http", metavar="ADDR", help="streamable HTTP on 127.0.0.1:PORT instead of stdio"
     )

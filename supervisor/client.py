@@ -264,6 +264,16 @@ class Client:
         )
         return result
 
+    def export_state(self) -> dict[str, Any]:
+        """The desktop's state (apps, view ids, app data) as JSON-able data."""
+        result: dict[str, Any] = self.call("export")
+        return result
+
+    def import_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Give the installed apps named in ``state`` its data (running ones restart from it)."""
+        result: dict[str, Any] = self.call("import", state=state, token=self.lease_token)
+        return result
+
     def capabilities(self) -> dict[str, Any]:
         """What the desktop offers: version, JSON-RPC methods, formats, limits."""
         result: dict[str, Any] = self.call("get_capabilities")

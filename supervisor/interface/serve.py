@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.interface.rpc_server import RpcServer
+from aotui.supervisor.interface.state_transfer import StateTransfer
 from aotui.supervisor.interface.waits import DesktopWaits
 from aotui.supervisor.paths import DesktopPaths
 from aotui.supervisor.server import Supervisor
@@ -18,4 +19,7 @@ async def serve_desktop(config: DesktopConfig, paths: DesktopPaths) -> None:
     supervisor.services.append(rpc)
     supervisor.methods["get_capabilities"] = rpc.get_capabilities
     supervisor.methods["wait_for"] = DesktopWaits(supervisor).wait_for
+    transfer = StateTransfer(supervisor)
+    supervisor.methods["export"] = transfer.export_state
+    supervisor.methods["import"] = transfer.import_state
     await supervisor.serve()
