@@ -25,10 +25,12 @@ __all__ = [
     "MEMORY_BACKSTOP",
     "cgroup_name",
     "cgroup_paths",
+    "cpu_cgroup",
     "join_cgroups",
     "oom_killed",
     "remove_cgroups",
     "sweep_cgroups",
+    "throttle_cpu",
 ]
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -89,6 +91,46 @@ def join_cgroups(app: str, limits: Mapping[str, int], root: str = CGROUP_ROOT) -
         os.makedirs(directory, mode=0o755, exist_ok=True)
         _limit(controller, directory, limits)
         _write(directory, "cgroup.procs", pid)
+
+
+def cpu_cgroup(pid: int, root: str = CGROUP_ROOT) -> str | None:
+    """The directory of ``pid``'s cgroup v1 CPU controller, if it is in one of aotui's."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(",") and path.startswith(f"/{PARENT}/"):
+            directory = os.path.join(root, "cpu", path.lstrip("/"))
+            return directory if os.path.isdir(directory) else None
+    return None
+
+
+def throttle_cpu(pids: list[int], cpu_percent: float, root: str = CGROUP_ROOT) -> str:
+    """Hold a busy worker (its first pid) and its family to ``cpu_percent``; how it was done.
+
+    With a cgroup, the kernel's CFS quota is lowered from its backstop to the share itself
+    (``cgroup quota``); otherwise each process gets the lowest priority, ``SCHED_IDLE``
+    (``idle priority``), so it runs only when nothing else wants the CPU. ``""``: neither took.
+    """
+    directory = cpu_cgroup(pids[0], root) if pids else None
+    if directory is not None:
+        try:
+            _write(directory, "cpu.cfs_quota_us", max(1000, int(cpu_percent * CPU_PERIOD_US / 100)))
+            return "cgroup quota"
+        except OSError:
+            pass
+    done = ""
+    for pid in pids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, 19)
+            done = "idle priority"
+            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            continue
+    return done
 
 
 def oom_killed(app: str, pid: int, root: str = CGROUP_ROOT) -> bool:

@@ -37,6 +37,7 @@ from aotui.protocol.messages import (
     Shutdown,
     Start,
 )
+from aotui.sandbox.cgroups import throttle_cpu
 from aotui.supervisor.app_logs import OUTPUT_BYTES_PER_S, AppLog
 from aotui.supervisor.app_record import AppRecord, AppStatus
 from aotui.supervisor.config import DesktopConfig
@@ -54,7 +55,7 @@ from aotui.supervisor.stall import LoopClock
 from aotui.supervisor.system_log import said_by
 from aotui.supervisor.uids import UidAllocator
 from aotui.supervisor.view_tree import ViewTree
-from aotui.supervisor.watchdog import Watchdog
+from aotui.supervisor.watchdog import Violation, Watchdog
 from aotui.supervisor.worker_handle import (
     LOG_LINES_PER_S,
     MAX_WORKER_FRAME,
@@ -599,13 +600,40 @@ class AppRunner:
     # --- background loops -----------------------------------------------------------------------
 
     async def _watch(self) -> None:
+        answered: dict[int, int] = {}  # pid → requests answered at its last CPU window
+
+        def serving(pid: int) -> bool:
+            """Whether the worker answered a request since its last CPU window."""
+            worker = next((a.worker for a in self.apps() if a.worker and a.worker.pid == pid), None)
+            if worker is None:
+                return False
+            before, answered[pid] = answered.get(pid, 0), worker.answered
+            return worker.answered > before
+
         while True:
             await asyncio.sleep(self.watchdog.interval_s)
-            for violation in self.watchdog.sample():
+            for violation in self.watchdog.sample(serving):
                 app = next((a for a in self.apps() if a.app_id == violation.app_id), None)
-                if app is not None and app.worker is not None and app.worker.pid == violation.pid:
-                    self.log(f"{app.name} over its {violation.reason} ({violation.detail}).")
-                    self.kill(app, violation.reason)
+                if app is None or app.worker is None or app.worker.pid != violation.pid:
+                    continue
+                if violation.reason == "cpu throttled":
+                    self._throttle(app, violation)
+                    continue
+                answered.pop(violation.pid, None)
+                self.log(f"{app.name} over its {violation.reason} ({violation.detail}).")
+                self.kill(app, violation.reason)
+
+    def _throttle(self, app: AppRecord, violation: Violation) -> None:
+        """A busy worker over its CPU share keeps serving, held to its share by the kernel."""
+        watched = self.watchdog.workers.get(violation.pid)
+        if watched is None or watched.throttled:
+            return
+        watched.throttled = throttle_cpu(self.watchdog.family(violation.pid), watched.cpu_percent)
+        how = watched.throttled or "nothing could lower its share"
+        self.log(
+            f"{app.name} is busy serving requests over its CPU share ({violation.detail}): "
+            f"throttled ({how}), not killed."
+        )
 
     def _stalled(self, lost_s: float) -> None:
         if lost_s >= 2.0:  # shorter stalls are load; longer ones deserve a line

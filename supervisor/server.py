@@ -458,6 +458,8 @@ class Supervisor:
             "pid": pid,
             "rss_bytes": rss,
             "cpu_percent": cpu,
+            # How a busy worker over its CPU share is held to it (it is not killed), or None.
+            "cpu_throttled": self.desktop.runner.watchdog.throttled(pid) or None,
             "restarts": app.restarts,
             "last_exit": app.last_exit or None,
             "layers": app.worker.layers if app.worker is not None else [],

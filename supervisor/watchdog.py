@@ -9,7 +9,10 @@
   to read, so RSS is the cheap pre-filter: only a worker whose RSS passed 80 % of its limit has
   its USS measured.
 - CPU: over ``cpu_percent`` for ``cpu_strikes`` consecutive CPU windows (``cpu_window_s`` each)
-  → kill (``cpu limit``). One busy burst is allowed; a spinning loop is not.
+  → a worker that answered requests meanwhile is busy, not runaway: it is throttled (``cpu
+  throttled``: :func:`sandbox.cgroups.throttle_cpu` lowers its cgroup quota to its share, or its
+  priority to ``SCHED_IDLE``) and keeps serving; one that answered none spins without serving →
+  kill (``cpu limit``). One busy burst is allowed; a spinning loop is not.
 - Heartbeats are the supervisor's (see :mod:`supervisor.desktop`); this module only samples.
 
 The family of a worker is its process group, not its parent chain: a double-forked child is
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psutil
@@ -36,6 +40,8 @@ __all__ = ["PRECISE_ABOVE", "Violation", "Watchdog", "WatchedWorker", "process_g
 
 #: Past this share of its limit (by RSS), a worker's private memory is measured exactly.
 PRECISE_ABOVE = 0.8
+#: A throttled worker counts as over its CPU share from this much of it.
+NEAR_SHARE = 0.9
 
 
 @dataclass
@@ -52,6 +58,8 @@ class WatchedWorker:
     last_cpu_time: float | None = None
     last_cpu_at: float = 0.0
     peak_rss: int = 0
+    #: How the worker is held to its CPU share (``cgroup quota``, ``idle priority``), or ``""``.
+    throttled: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Violation:
 
     app_id: str
     pid: int
-    #: ``memory limit`` or ``cpu limit``.
+    #: ``memory limit``, ``cpu limit`` or ``cpu throttled`` (the one that is not a kill).
     reason: str
     detail: str
 
@@ -95,8 +103,12 @@ class Watchdog:
         """Stop watching a worker (it ended)."""
         self.workers.pop(pid, None)
 
-    def sample(self) -> list[Violation]:
-        """One tick: every worker's memory, and CPU when its window is over."""
+    def sample(self, serving: Callable[[int], bool] = lambda pid: False) -> list[Violation]:
+        """One tick: every worker's memory, and CPU when its window is over.
+
+        ``serving(pid)`` says whether the worker answered a request since it was last asked:
+        a worker over its CPU share that did is to be throttled, not killed.
+        """
         violations: list[Violation] = []
         now = self.clock()
         groups: dict[int, list[int]] | None = None
@@ -106,16 +118,29 @@ class Watchdog:
                     groups = process_groups()
                 self._regroup(worker, groups.get(worker.pid, []))
             try:
-                violation = self._sample_one(worker, now)
+                violation = self._sample_one(worker, now, serving)
             except psutil.Error:
                 self.forget(worker.pid)
                 continue
             if violation is not None:
                 violations.append(violation)
-                self.forget(worker.pid)
+                if violation.reason != "cpu throttled":
+                    self.forget(worker.pid)
         return violations
 
-    def _sample_one(self, worker: WatchedWorker, now: float) -> Violation | None:
+    def family(self, pid: int) -> list[int]:
+        """The worker's pid and those of its process group's other members."""
+        worker = self.workers.get(pid)
+        return [] if worker is None else [pid, *(child.pid for child in worker.children)]
+
+    def throttled(self, pid: int | None) -> str:
+        """How the worker is held to its CPU share, or ``""`` (not throttled or not watched)."""
+        worker = self.workers.get(pid) if pid is not None else None
+        return worker.throttled if worker is not None else ""
+
+    def _sample_one(
+        self, worker: WatchedWorker, now: float, serving: Callable[[int], bool]
+    ) -> Violation | None:
         assert worker.process is not None
         family = [worker.process, *worker.children]
         rss = 0
@@ -143,7 +168,22 @@ class Watchdog:
         cpu_time = times.user + times.system + sum(_cpu(c) for c in worker.children)
         if worker.last_cpu_time is not None:
             percent = 100.0 * (cpu_time - worker.last_cpu_time) / (now - worker.last_cpu_at)
-            worker.cpu_strikes = worker.cpu_strikes + 1 if percent > worker.cpu_percent else 0
+            # Throttled to its share by a cgroup quota, a worker cannot go over it: near it is.
+            over = percent > worker.cpu_percent * (NEAR_SHARE if worker.throttled else 1.0)
+            served = serving(worker.pid)  # asked every window: answers since the last one
+            if over and served:  # busy answering requests: throttle, never kill
+                worker.cpu_strikes = 0
+                worker.last_cpu_time, worker.last_cpu_at = cpu_time, now
+                if worker.throttled:
+                    return None
+                return Violation(
+                    worker.app_id,
+                    worker.pid,
+                    "cpu throttled",
+                    f"{percent:.0f}% CPU in {self.cpu_window_s:g} s while answering requests, "
+                    f"share {worker.cpu_percent:g}%",
+                )
+            worker.cpu_strikes = worker.cpu_strikes + 1 if over else 0
             if worker.cpu_strikes >= self.cpu_strikes:
                 return Violation(
                     worker.app_id,

@@ -112,6 +112,8 @@ class WorkerHandle:
         #: Resolved by the desktop when the worker's first fragment update arrives.
         self.first_update: asyncio.Future[None] = loop.create_future()
         self.pending: dict[int, asyncio.Future[Message]] = {}
+        #: Requests this worker answered (an ack or an error), ever.
+        self.answered = 0
         self._ids = itertools.count(1)
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
@@ -285,6 +287,7 @@ class WorkerHandle:
             if message.request_id not in self.issued:
                 raise _violation(f"a reply to request {message.request_id}, which was never sent")
             self.issued.discard(message.request_id)
+            self.answered += 1  # the watchdog tells a busy worker from a spinning one by it
             future = self.pending.get(message.request_id)
             if future is not None and not future.done():
                 future.set_result(message)  # a reply after its deadline is dropped quietly
