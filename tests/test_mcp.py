@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -96,7 +97,7 @@ def collector(updates: list[str]) -> Any:
 
 
 @pytest.mark.timeout(90)
-def test_over_stdio(start_desktop: Start) -> None:
+def test_over_stdio(start_desktop: Start, tmp_path: Path) -> None:
     desktop = start_desktop(["echo"])
     server = StdioServerParameters(
         command=sys.executable,
@@ -104,15 +105,21 @@ def test_over_stdio(start_desktop: Start) -> None:
         env=dict(os.environ),
     )
     updates: list[str] = []
+    errors = tmp_path / "mcp.err"
 
     async def main() -> None:
+        with errors.open("w") as errlog:
+            await session_over(server, errlog)
+
+    async def session_over(server: StdioServerParameters, errlog: Any) -> None:
         async with (
-            stdio_client(server) as (read, write),
+            stdio_client(server, errlog=errlog) as (read, write),
             ClientSession(read, write, message_handler=collector(updates)) as session,
         ):
             await exercise(session, desktop, updates)
 
     anyio.run(main)
+    assert "Traceback" not in errors.read_text()  # it ended cleanly with its client
     # The session ended: its lease went with it.
     assert desktop.client.status()["lease_owner"] is None
 

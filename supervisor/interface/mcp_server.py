@@ -320,8 +320,14 @@ async def serve_stdio(desktop: str, socket_dir: str | None) -> None:
     from mcp.server.stdio import stdio_server
 
     face = DesktopMcp(desktop, socket_dir)
-    async with _running(face), stdio_server() as (read, write):
-        await face.server.run(read, write, face.options())
+    # Copies of the descriptors: the SDK's wrappers close what they wrap, and the process's own
+    # stdout must outlive them (the CLI flushes it on the way out).
+    stdin = os.fdopen(os.dup(sys.stdin.fileno()), "r", encoding="utf-8", errors="replace")
+    stdout = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    with stdin, stdout:
+        streams = stdio_server(anyio.wrap_file(stdin), anyio.wrap_file(stdout))
+        async with _running(face), streams as (read, write):
+            await face.server.run(read, write, face.options())
 
 
 async def serve_http(desktop: str, socket_dir: str | None, host: str, port: int) -> None:

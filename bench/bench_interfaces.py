@@ -1,0 +1,139 @@
+"""Round trips through the agent-facing faces: JSON-RPC on ``rpc.sock`` and ``aotui mcp``.
+
+One desktop runs the ``echo`` app (its ``noop`` answers at once). Measured:
+
+- JSON-RPC through a raw Unix socket (newline-delimited JSON, as ``socat`` speaks it): ``ping``,
+  ``snapshot`` (Markdown, and ``format: json``), a no-op ``exec``;
+- MCP tool calls through the official SDK's client against a real ``aotui mcp`` subprocess
+  (stdio): ``snapshot`` and a no-op ``exec``.
+
+Goals from seed 002: RPC p95 < 100 ms and snapshot export < 10 ms; the issue asks to beat them by
+an order of magnitude, so the ``×10`` column checks p95 < 10 ms and < 1 ms.
+
+Run: ``python -m bench.bench_interfaces``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from aotui.supervisor.paths import unix_address  # noqa: E402
+from bench.bench_desktop import TEST_APPS, Desktop, _pct  # noqa: E402
+
+NOOP = '<context app_id="app_0" view_id="view_0">execute noop</context>'
+ROUNDS = 300
+MCP_ROUNDS = 200
+#: (name, goal in ms for p95) per seed 002.
+RPC_GOAL_MS = 100.0
+EXPORT_GOAL_MS = 10.0
+
+
+class RawRpc:
+    """A JSON-RPC peer on a plain socket."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(unix_address(path))
+        self.file = self.sock.makefile("rb")
+        self.ids = itertools.count(1)
+
+    def call(self, method: str, **params: Any) -> Any:
+        request = {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
+        self.sock.sendall(json.dumps(request).encode() + b"\n")
+        answer = json.loads(self.file.readline())
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer["result"]
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def _time(work: Callable[[], Any], rounds: int) -> list[float]:
+    for _ in range(10):
+        work()  # warm up
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        work()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def _mcp_samples(desktop: Desktop) -> dict[str, list[float]]:
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    where = ["--socket", str(desktop.tmp / "run")]
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "aotui.supervisor", "mcp", "--desktop", "bench", *where],
+        env={**os.environ, "AOTUI_HOME": str(desktop.tmp / "home")},
+    )
+    samples: dict[str, list[float]] = {}
+
+    async def main() -> None:
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            for name, arguments in (("snapshot", {}), ("exec", {"text": NOOP})):
+                for _ in range(10):
+                    await session.call_tool(name, arguments)
+                times = []
+                for _ in range(MCP_ROUNDS):
+                    started = time.perf_counter()
+                    result = await session.call_tool(name, arguments)
+                    times.append((time.perf_counter() - started) * 1000)
+                    assert not result.isError, result
+                samples[f"mcp {name}"] = times
+
+    anyio.run(main)
+    return samples
+
+
+def run() -> dict[str, float]:
+    """Measure and print the table; returns the figures."""
+    desktop = Desktop([TEST_APPS / "echo"])
+    try:
+        desktop.client.execute("<context>open --application app_0</context>")
+        rpc = RawRpc(desktop.tmp / "run" / "bench" / "rpc.sock")
+        try:
+            samples = {
+                "rpc ping": _time(lambda: rpc.call("ping"), ROUNDS),
+                "rpc snapshot (markdown)": _time(lambda: rpc.call("snapshot"), ROUNDS),
+                "rpc snapshot (json)": _time(lambda: rpc.call("snapshot", format="json"), ROUNDS),
+                "rpc exec (no-op)": _time(lambda: rpc.call("exec", text=NOOP), ROUNDS),
+            }
+        finally:
+            rpc.close()
+        samples.update(_mcp_samples(desktop))
+    finally:
+        desktop.close()
+    figures: dict[str, float] = {}
+    print(f"{'round trip':<26}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}  goal (seed 002)   ×10")
+    for name, times in samples.items():
+        p50, p95, p99 = (_pct(times, q) for q in (0.5, 0.95, 0.99))
+        goal = EXPORT_GOAL_MS if "snapshot" in name else RPC_GOAL_MS
+        verdict = "ok" if p95 < goal else "MISSED"
+        tenfold = "ok" if p95 < goal / 10 else "missed"
+        label = f"p95 < {goal:g} ms {verdict}"
+        print(f"{name:<26}{p50:>9.2f}{p95:>9.2f}{p99:>9.2f}  {label:<17} {tenfold}")
+        figures[f"{name} p50 ms"] = p50
+        figures[f"{name} p99 ms"] = p99
+    return figures
+
+
+if __name__ == "__main__":
+    run()
