@@ -297,11 +297,13 @@ class Desktop:
             except StoreIOError as exc:
                 self._store_failed(exc)
                 raise
+        # A new dict, never the old one changed in place: a write of the whole desktop may be
+        # encoding the old one in a thread right now. (A copy of the keys, not of the values.)
+        state = {**state, **changes}
         for part, value in changes.items():
             if value is None:
-                state.pop(part, None)
-            else:
-                state[part] = value
+                del state[part]
+        app.saved_state = state
         if self.store is not None and self.config.durability == "batch":
             await self.persist(app)
 
