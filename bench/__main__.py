@@ -16,6 +16,7 @@ MODULES = [
     "bench_sandbox",
     "bench_store",
     "bench_hostile",
+    "bench_scale",
 ]
 
 
