@@ -401,8 +401,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     with _client(args, timeout_s=5) as client:
         client.ping()  # fail at once, with exit 69, when no desktop answers
+    per_operation = args.tools == "per-operation"
     if args.http is None:
-        anyio.run(serve_stdio, args.desktop, args.socket)
+        anyio.run(serve_stdio, args.desktop, args.socket, per_operation)
         return 0
     host, _, port = args.http.rpartition(":")
     if host not in ("127.0.0.1", "localhost", "[::1]") or not port.isdigit():
@@ -411,7 +412,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             f"--http takes a loopback address and port (127.0.0.1:PORT; 0 picks a free port), "
             f"not {args.http!r}: the desktop is not served beyond this machine",
         )
-    anyio.run(serve_http, args.desktop, args.socket, host.strip("[]"), int(port))
+    anyio.run(serve_http, args.desktop, args.socket, host.strip("[]"), int(port), per_operation)
     return 0
 
 
@@ -595,6 +596,12 @@ def build_parser() -> argparse.ArgumentParser:
     parsers["import"].add_argument("--file", help="the exported JSON (default: stdin)")
     parsers["mcp"].add_argument(
         "--http", metavar="ADDR", help="streamable HTTP on 127.0.0.1:PORT instead of stdio"
+    )
+    parsers["mcp"].add_argument(
+        "--tools",
+        choices=("fixed", "per-operation"),
+        default="fixed",
+        help="per-operation: also one tool per operation of the last snapshot",
     )
     parsers["acquire"].add_argument("owner", help="a name for people (status, errors)")
     parsers["say"].add_argument("text", help="the user's message")

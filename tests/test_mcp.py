@@ -176,3 +176,53 @@ def test_http_only_on_loopback(start_desktop: Start) -> None:
     )
     assert refused.returncode == 64
     assert "loopback" in refused.stderr
+
+
+@pytest.mark.timeout(90)
+def test_per_operation_tools_follow_the_snapshot(start_desktop: Start, tmp_path: Path) -> None:
+    desktop = start_desktop(["echo", "lister"])
+    desktop.client.execute(OPEN.format("app_0") + OPEN.format("app_1"))
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "aotui.supervisor", "mcp", "--tools", "per-operation", *where(desktop)],
+        env=dict(os.environ),
+    )
+    changed: list[str] = []
+
+    async def handle(message: Any) -> None:
+        if isinstance(message, types.ServerNotification) and isinstance(
+            message.root, types.ToolListChangedNotification
+        ):
+            changed.append("tools")
+
+    async def main() -> None:
+        async with (
+            stdio_client(server) as (read, write),
+            ClientSession(read, write, message_handler=handle) as session,
+        ):
+            await session.initialize()
+            assert len((await session.list_tools()).tools) == 5  # nothing read yet
+            await session.call_tool("snapshot", {})
+            with anyio.fail_after(10):
+                while not changed:
+                    await anyio.sleep(0.02)
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            pick = tools["app_1__view_0__pick"]
+            item = pick.inputSchema["properties"]["item"]
+            assert (item["type"], item["pattern"]) == ("string", r"^(items\[\d+\])$")
+            assert pick.inputSchema["required"] == ["item"]
+            assert tools["app_0__view_0__noop"].inputSchema["required"] == []
+            # Another reader removes the first item: items[1] still means what this session read.
+            other = desktop.new_client()
+            other.execute('<context app_id="app_1" view_id="view_0">execute remove_first</context>')
+            other.snapshot()
+            picked = await session.call_tool("app_1__view_0__pick", {"item": "items[1]"})
+            assert not picked.isError, payload(picked)
+            assert picked.structuredContent == {
+                "ran": 1,
+                "results": [{"value": {"id": "k1"}, "key": "k1"}],
+            }
+            refused = await session.call_tool("app_1__view_0__pick", {"item": "notes[0]"})
+            assert refused.isError  # the schema's pattern: only refs of that item type
+
+    anyio.run(main)

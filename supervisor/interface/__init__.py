@@ -9,7 +9,8 @@
 - :mod:`~supervisor.interface.waits` — ``wait_for``: until a signal, a text, or quiet.
 - :mod:`~supervisor.interface.state_transfer` — ``export`` / ``import`` of a desktop's state.
 - :mod:`~supervisor.interface.mcp_server` — ``aotui mcp`` (stdio or streamable HTTP), on the
-  official MCP SDK, imported by that command only.
+  official MCP SDK, imported by that command only; :mod:`~supervisor.interface.operation_tools`
+  — its per-operation tools.
 
 The client (:mod:`supervisor.client`), the CLI (:mod:`supervisor.cli`) and the reports, watch and
 demo modules belong here too and move in later. Arrows point one way: these modules use the

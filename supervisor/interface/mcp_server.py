@@ -32,6 +32,7 @@ from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Signal
 from aotui.supervisor.client import Client
+from aotui.supervisor.interface.operation_tools import OperationTool, operation_tools
 
 __all__ = ["DesktopMcp", "serve_http", "serve_stdio"]
 
@@ -110,9 +111,12 @@ TOOLS = [
 class DesktopMcp:
     """The MCP face of one desktop: a low-level SDK server and one client per MCP session."""
 
-    def __init__(self, desktop: str, socket_dir: str | None) -> None:
+    def __init__(self, desktop: str, socket_dir: str | None, per_operation: bool = False) -> None:
         self.desktop = desktop
         self.socket_dir = socket_dir
+        #: Also one tool per visible operation (from each session's last pull).
+        self.per_operation = per_operation
+        self._operation_tools: dict[int, dict[str, OperationTool]] = {}
         self.server: Server[Any, Any] = Server("aotui", instructions=_INSTRUCTIONS)
         self.uris = {kind: f"aotui://{desktop}/{kind}" for kind in ("snapshot", "status")}
         self._clients: dict[int, tuple[Client, anyio.Lock]] = {}
@@ -121,7 +125,27 @@ class DesktopMcp:
 
     def options(self) -> Any:
         """The initialization options: tools, resources with subscriptions."""
-        return self.server.create_initialization_options(NotificationOptions())
+        changes = NotificationOptions(tools_changed=self.per_operation)
+        return self.server.create_initialization_options(changes)
+
+    async def _pull(self) -> str:
+        """This session's pull; in per-operation mode its tools follow what it read."""
+        if not self.per_operation:
+            return str(await self._call(lambda client: client.snapshot()))
+
+        def pull(client: Client) -> dict[str, Any]:
+            result: dict[str, Any] = client.call("snapshot_structured", release=client.snapshot_id)
+            client.snapshot_id = result["snapshot_id"]
+            return result
+
+        result = await self._call(pull)
+        session = self._session()
+        tools = {tool.name: tool for tool in operation_tools(result)}
+        before = self._operation_tools.get(id(session), {})
+        self._operation_tools[id(session)] = tools
+        if _shape(before) != _shape(tools):
+            await session.send_tool_list_changed()
+        return str(result["markdown"])
 
     # --- the session's client -------------------------------------------------------------------
 
@@ -153,7 +177,11 @@ class DesktopMcp:
 
         @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
         async def list_tools() -> list[types.Tool]:
-            return TOOLS
+            mine = self._operation_tools.get(id(self._session()), {})
+            return TOOLS + [
+                types.Tool(name=t.name, description=t.description, inputSchema=t.input_schema)
+                for t in mine.values()
+            ]
 
         @server.call_tool(validate_input=True)  # type: ignore[untyped-decorator]
         async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -191,7 +219,7 @@ class DesktopMcp:
         @server.read_resource()  # type: ignore[no-untyped-call, untyped-decorator]
         async def read_resource(uri: AnyUrl) -> str:
             if str(uri) == self.uris["snapshot"]:
-                return str(await self._call(lambda client: client.snapshot()))
+                return await self._pull()
             if str(uri) == self.uris["status"]:
                 return json.dumps(await self._call(lambda client: client.status()))
             raise ValueError(f"no resource {uri}; known: {', '.join(self.uris.values())}")
@@ -210,9 +238,20 @@ class DesktopMcp:
 
     async def _tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if name == "snapshot":
-            markdown = await self._call(lambda client: client.snapshot())
+            markdown = await self._pull()
             text = _focus(markdown, arguments.get("app"), arguments.get("view"))
             return _text_result(text)
+        operation = self._operation_tools.get(id(self._session()), {}).get(name)
+        if operation is not None:
+            name, arguments = (
+                "execute",
+                {
+                    "app": operation.app,
+                    "view": operation.view,
+                    "operation": operation.operation,
+                    "args": arguments,
+                },
+            )
         if name in ("exec", "execute"):
             command: Any = arguments["text"] if name == "exec" else dict(arguments)
 
@@ -265,6 +304,10 @@ _INSTRUCTIONS = (
 )
 
 
+def _shape(tools: dict[str, OperationTool]) -> list[tuple[str, Any]]:
+    return [(name, tool.input_schema) for name, tool in tools.items()]
+
+
 def _text_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
@@ -315,11 +358,11 @@ async def _running(face: DesktopMcp) -> AsyncIterator[None]:
             face.close()
 
 
-async def serve_stdio(desktop: str, socket_dir: str | None) -> None:
+async def serve_stdio(desktop: str, socket_dir: str | None, per_operation: bool = False) -> None:
     """Serve one MCP session over stdin/stdout until the client closes it."""
     from mcp.server.stdio import stdio_server
 
-    face = DesktopMcp(desktop, socket_dir)
+    face = DesktopMcp(desktop, socket_dir, per_operation)
     # Copies of the descriptors: the SDK's wrappers close what they wrap, and the process's own
     # stdout must outlive them (the CLI flushes it on the way out).
     stdin = os.fdopen(os.dup(sys.stdin.fileno()), "r", encoding="utf-8", errors="replace")
@@ -330,14 +373,16 @@ async def serve_stdio(desktop: str, socket_dir: str | None) -> None:
             await face.server.run(read, write, face.options())
 
 
-async def serve_http(desktop: str, socket_dir: str | None, host: str, port: int) -> None:
+async def serve_http(
+    desktop: str, socket_dir: str | None, host: str, port: int, per_operation: bool = False
+) -> None:
     """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` (loopback only)."""
     import uvicorn
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    face = DesktopMcp(desktop, socket_dir)
+    face = DesktopMcp(desktop, socket_dir, per_operation)
     manager = StreamableHTTPSessionManager(app=face.server)
 
     @contextlib.asynccontextmanager

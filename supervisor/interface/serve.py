@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.interface.rpc_server import RpcServer
+from aotui.supervisor.interface.snapshot_json import snapshot_json
 from aotui.supervisor.interface.state_transfer import StateTransfer
 from aotui.supervisor.interface.waits import DesktopWaits
 from aotui.supervisor.paths import DesktopPaths
@@ -22,4 +25,13 @@ async def serve_desktop(config: DesktopConfig, paths: DesktopPaths) -> None:
     transfer = StateTransfer(supervisor)
     supervisor.methods["export"] = transfer.export_state
     supervisor.methods["import"] = transfer.import_state
+
+    async def snapshot_structured(params: dict[str, Any]) -> dict[str, Any]:
+        """A pull (as ``snapshot``) with its structure: apps, views, operations, refs."""
+        pulled: dict[str, Any] = await supervisor.snapshot(params)
+        refs = supervisor.desktop.registry.get(pulled["snapshot_id"])
+        structured = snapshot_json(pulled["snapshot_id"], pulled["markdown"], refs)
+        return {**structured, "markdown": pulled["markdown"]}
+
+    supervisor.methods["snapshot_structured"] = snapshot_structured
     await supervisor.serve()
