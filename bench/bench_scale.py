@@ -133,7 +133,15 @@ def bench_200_apps(apps: int = 200, pulls: int = 50) -> dict[str, float]:
             for first in range(0, apps, 20):
                 opens = ";".join(f"open --application app_{i}" for i in range(first, first + 20))
                 client.execute(f"<context>{opens}</context>")
-            size = len(client.snapshot())
+            shown, refused = apps, ""
+            try:
+                size = len(client.snapshot())
+            except AotuiError as exc:  # reported in the table: the pull itself failed
+                refused = exc.message[:120]
+                shown = 90  # what fits; the other apps keep running, collapsed
+                collapse = ";".join(f"collapse --application app_{i}" for i in range(90, apps))
+                client.execute(f"<context>{collapse}</context>")
+                size = len(client.snapshot())
             samples = []
             for _ in range(pulls):
                 began = time.perf_counter()
@@ -149,7 +157,11 @@ def bench_200_apps(apps: int = 200, pulls: int = 50) -> dict[str, float]:
             ]
         finally:
             desktop.close()
+    if refused:
+        print(f"snapshot pull with {apps} apps shown failed: {refused}; timed with {shown} shown")
     return {
+        "apps_shown": shown,
+        "snapshot_200_failed": 1.0 if refused else 0.0,
         "apps_running": running,
         "snapshot_200_p50_ms": _pct(samples, 0.5),
         "snapshot_200_kb": size / 1024,
@@ -213,11 +225,11 @@ def run() -> dict[str, float]:
     snap = figures["snapshot_200_p50_ms"]
     rows.append(
         _row(
-            f"snapshot pull, {figures['apps_running']:.0f} apps × 100 items "
-            f"({figures['snapshot_200_kb']:.0f} KB)",
+            f"snapshot pull, {figures['apps_shown']:.0f} of {figures['apps_running']:.0f} "
+            f"apps shown × 100 items ({figures['snapshot_200_kb']:.0f} KB)",
             f"{snap:.2f} ms",
-            "p50 ≤ 10 ms",
-            snap <= 10,
+            "p50 ≤ 10 ms (at 200 shown)",
+            snap <= 10 and not figures["snapshot_200_failed"],
         )
     )
     rss, uss = figures["supervisor_rss_200_mb"], figures["worker_uss_mb"]
