@@ -208,6 +208,20 @@ def test_a_notification_gets_no_answer(peer: RpcPeer) -> None:
     assert peer.request("ping")["id"] == 1  # the next line is this answer, nothing before it
 
 
+@pytest.mark.timeout(60)
+def test_a_peer_that_closes_its_sending_side_still_gets_its_answers(peer: RpcPeer) -> None:
+    """As `echo REQUEST | socat - UNIX-CONNECT:…` does: the answer came, or was cancelled."""
+    peer.send_raw(
+        b'{"jsonrpc": "2.0", "id": 7, "method": "wait_for", "params": {"quiet_ms": 300}}\n'
+    )
+    peer.sock.shutdown(socket.SHUT_WR)
+    answer = peer.line()
+    assert answer["id"] == 7
+    assert answer["result"]["until"] == "quiet_ms"
+    with pytest.raises(ConnectionError):
+        peer.line()  # then the desktop closes the connection
+
+
 # --- hostile peers ------------------------------------------------------------------------------
 
 

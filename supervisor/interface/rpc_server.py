@@ -72,6 +72,8 @@ class RpcLimits:
     write_timeout_s: float = 5.0
     #: Event notifications queued for one connection (the oldest go first).
     events: int = 64
+    #: Seconds the answers of a peer that closed its sending side may still take.
+    finish_s: float = 60.0
 
 
 class _BadParams(Exception):
@@ -96,6 +98,7 @@ class _Connection:
     closed: bool = False
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    events_task: asyncio.Task[None] | None = None
 
     async def send(self, data: bytes, timeout_s: float) -> None:
         """Write one line; a peer that does not read it in time is disconnected."""
@@ -210,6 +213,10 @@ class RpcServer:
         except Exception:
             log.error("JSON-RPC connection failed: %s", traceback.format_exc())
         finally:
+            answers = [t for t in connection.tasks if t is not connection.events_task]
+            if answers and not connection.closed:
+                # A peer that half-closed (`echo … | socat`) still gets its answers, in bounds.
+                await asyncio.wait(answers, timeout=self.limits.finish_s)
             self.connections.discard(connection)
             for task in connection.tasks:
                 task.cancel()
@@ -238,10 +245,11 @@ class RpcServer:
                 continue
             self._spawn(connection, self._answer(connection, line))
 
-    def _spawn(self, connection: _Connection, work: Any) -> None:
+    def _spawn(self, connection: _Connection, work: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
         connection.tasks.add(task)
         task.add_done_callback(connection.tasks.discard)
+        return task
 
     def _forget(self, connection: _Connection) -> None:
         """A closed connection's session ends, and the lease it held is released."""
@@ -343,7 +351,7 @@ class RpcServer:
         connection.reasons = frozenset(reasons)
         if connection.events is None:
             connection.events = asyncio.Queue(self.limits.events)
-            self._spawn(connection, self._deliver_events(connection))
+            connection.events_task = self._spawn(connection, self._deliver_events(connection))
         return {"subscribed": sorted(reasons) or list(SIGNAL_REASONS)}
 
     async def _deliver_events(self, connection: _Connection) -> None:
