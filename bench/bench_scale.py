@@ -148,7 +148,7 @@ def bench_200_apps(apps: int = 200, pulls: int = 50) -> dict[str, float]:
                 client.snapshot()
                 samples.append((time.perf_counter() - began) * 1000)
             status = client.status()
-            running = sum(row["state"] == "running" for row in status["apps"])
+            running = sum(row["state"] in ("running", "collapsed") for row in status["apps"])
             rss = psutil.Process(status["pid"]).memory_info().rss / 2**20
             uss = [
                 psutil.Process(row["pid"]).memory_full_info().uss / 2**20
