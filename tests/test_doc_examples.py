@@ -101,8 +101,11 @@ EXAMPLES = [
 def aotui_commands(code: str) -> list[list[str]] | None:
     """The argument lists of an ``sh`` block's commands, or ``None`` if one is not ``aotui``."""
     commands = []
-    for line in code.splitlines():
-        words = shlex.split(line, comments=True)
+    for line in code.replace("\\\n", " ").splitlines():  # backslash-newline continues a line
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:  # not a line a shell would run as one command either
+            return None
         if not words:
             continue
         if words[0] not in ("aotui", ".venv/bin/aotui"):
