@@ -21,7 +21,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aotui.supervisor.client import Client, DesktopUnavailable  # noqa: E402
+from aotui.supervisor.interface.client import Client, DesktopUnavailable  # noqa: E402
 
 TEST_APPS = ROOT / "tests" / "apps"
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aotui.protocol.errors import AotuiError  # noqa: E402
-from aotui.supervisor.client import Client  # noqa: E402
+from aotui.supervisor.interface.client import Client  # noqa: E402
 from bench.bench_desktop import TEST_APPS, Desktop, _pct  # noqa: E402
 
 #: Victim p99 may grow to this multiple of its quiet p99…

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aotui.protocol.errors import AotuiError  # noqa: E402
-from aotui.supervisor.client import Client, DesktopUnavailable  # noqa: E402
+from aotui.supervisor.interface.client import Client, DesktopUnavailable  # noqa: E402
 from bench.bench_desktop import TEST_APPS, Desktop, _copies, _pct  # noqa: E402
 
 BUMP = '<context app_id="{app}" view_id="view_0">execute bump</context>'

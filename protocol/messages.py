@@ -259,7 +259,7 @@ class HttpCall(Message):
     KIND: ClassVar[str] = "http"
     #: Chosen by the worker; echoed by :class:`HttpResult`.
     call_id: int
-    #: ``{"method", "url", "headers", "body"}`` (see ``supervisor.http_broker.HttpRequest``).
+    #: ``{"method", "url", "headers", "body"}`` (see ``supervisor.broker.http.HttpRequest``).
     request: dict[str, Any]
 
 

@@ -1,20 +1,18 @@
-"""The OS side: the supervisor process and everything that talks to it.
+"""The OS side: the supervisor process and everything that talks to it, in rooms by role.
 
-- :mod:`supervisor.server` — ``Supervisor``: the process, its sockets, request dispatch, signals.
-- :mod:`supervisor.desktop` — ``Desktop``: apps, workers, what each command does.
-- :mod:`supervisor.app_record` / :mod:`supervisor.view_tree` — one app's state machine and views.
-- :mod:`supervisor.snapshot` — assembling the Markdown snapshot from cached fragments.
-- :mod:`supervisor.registry`, :mod:`supervisor.lease`, :mod:`supervisor.throttle` — snapshot ids,
-  the input lease, signal throttling (all with an injectable clock); :mod:`supervisor.stall` —
-  time the supervisor itself did not run; :mod:`supervisor.sessions` — each reader's last pull.
-- :mod:`supervisor.launcher` / :mod:`supervisor.worker_handle` — starting workers, their channels.
-- :mod:`supervisor.conn_guard` — the bound on client connections (a flood keeps no descriptors).
-- :mod:`supervisor.state`, :mod:`supervisor.store` — the durable desktop; its faults told apart
-  (:mod:`~supervisor.store_faults`), one supervisor per store (:mod:`~supervisor.store_lock`),
-  listing and repair (:mod:`~supervisor.store_repair`), WAL damage (:mod:`~supervisor.wal_check`).
-- :mod:`supervisor.manifest`, :mod:`supervisor.config`, :mod:`supervisor.paths` — validated inputs.
-- :mod:`supervisor.client` — ``Client``, the Python API; :mod:`supervisor.cli` — ``aotui``.
-- :mod:`supervisor.interface` — the product layer's other faces (JSON-RPC socket, MCP server).
+- :mod:`~supervisor.server` — the supervisor process: sockets, dispatch, snapshot ids, the lease,
+  signals, sessions, per-client budgets (circus's arbiter and controller).
+- :mod:`~supervisor.desktop` — one desktop's apps, view trees and the assembled snapshot.
+- :mod:`~supervisor.workers` — worker processes: the zygote, worker channels, heartbeats, the
+  watchdog, restarts, per-app uids and logs (circus's watcher and process).
+- :mod:`~supervisor.store` — durable desktops: the SQLite store, its faults, lock and repair.
+- :mod:`~supervisor.broker` — HTTP performed for apps under their ``net:http`` grants.
+- :mod:`~supervisor.interface` — the product layer: Python client, CLI, JSON-RPC, MCP, demo.
+- :mod:`~supervisor.manifest`, :mod:`~supervisor.config`, :mod:`~supervisor.paths` — validated
+  inputs, shared by all of them.
+
+Arrows point one way: ``interface`` uses the others; nothing outside it imports it, except the
+``aotui up`` entry that attaches its faces to a supervisor.
 """
 
 # Exports load on first use (PEP 562): `aotui status` and every worker import one submodule, not the
@@ -25,13 +23,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from aotui.supervisor.client import Client, DesktopUnavailable
     from aotui.supervisor.config import DesktopConfig, load_config
+    from aotui.supervisor.interface.client import Client, DesktopUnavailable
     from aotui.supervisor.manifest import Manifest, load_manifest
 
 _EXPORTS = {
-    "Client": "aotui.supervisor.client",
-    "DesktopUnavailable": "aotui.supervisor.client",
+    "Client": "aotui.supervisor.interface.client",
+    "DesktopUnavailable": "aotui.supervisor.interface.client",
     "DesktopConfig": "aotui.supervisor.config",
     "load_config": "aotui.supervisor.config",
     "Manifest": "aotui.supervisor.manifest",

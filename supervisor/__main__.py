@@ -2,6 +2,6 @@
 
 import sys
 
-from aotui.supervisor.cli import main
+from aotui.supervisor.interface.cli import main
 
 sys.exit(main())

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.restart import RestartPolicy
-from aotui.supervisor.snapshot import SnapshotBudget
+from aotui.supervisor.desktop.snapshot import SnapshotBudget
+from aotui.supervisor.workers.restart import RestartPolicy
 
 __all__ = ["BUNDLED_APPS_DIR", "DesktopConfig", "Limits", "load_config"]
 

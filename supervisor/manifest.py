@@ -18,7 +18,7 @@ from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import DEFAULT_IGNORABLE
-from aotui.supervisor.restart import RestartPolicy
+from aotui.supervisor.workers.restart import RestartPolicy
 
 __all__ = [
     "MANIFEST_NAME",

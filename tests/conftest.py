@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
 
 TEST_APPS = Path(__file__).parent / "apps"
 BUNDLED_APPS = Path(__file__).parent.parent / "apps"

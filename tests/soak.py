@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.client import Client
+from aotui.supervisor.interface.client import Client
 
 #: The apps a soak desktop runs (test apps and bundled ones).
 SOAK_APPS = ["system/chat", "echo", "crashy", "lister"]

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from aotui.supervisor.app_logs import AppLog, log_files
+from aotui.supervisor.workers.app_logs import AppLog, log_files
 from tests.conftest import RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]

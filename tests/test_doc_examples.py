@@ -39,7 +39,9 @@ TUTORIAL = REPO / "docs" / "apps.md"
 
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[\w-]*)\s*$")
 _MARKER = re.compile(r"<!--\s*not-tested:\s*(?P<reason>.*?)\s*-->")
-_CLIENT_IMPORT = re.compile(r"^\s*from aotui(\.supervisor(\.client)?)? import .*\bClient\b", re.M)
+_CLIENT_IMPORT = re.compile(
+    r"^\s*from aotui(\.supervisor(\.interface(\.client)?)?)? import .*\bClient\b", re.M
+)
 
 
 @dataclass(frozen=True)

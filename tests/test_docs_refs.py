@@ -4,10 +4,10 @@ Docs drift silently: a moved module or a renamed command leaves a sentence point
 reads README.md and docs/*.md (and doc pointers in the code) and checks every reference in
 backticks or code blocks that names something of ours:
 
-- a dotted name under one of our packages (``aotui.supervisor.client.Client``, or the folder form
-  ``supervisor.client``) imports, and its remaining parts are attributes;
+- a dotted name under one of our packages (``aotui.supervisor.interface.client.Client``, or the
+  folder form ``supervisor.interface.client``) imports, and its remaining parts are attributes;
 - an exported name (a package's ``__all__``) with ``.attr`` (``App.http``) has that attribute;
-- a path of the repository (``supervisor/desktop.py``, ``configs/desktop.toml``) exists;
+- a path of the repository (``supervisor/desktop/desktop.py``, ``configs/desktop.toml``) exists;
 - ``aotui WORD`` names a subcommand of the CLI.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from aotui.supervisor.cli import build_parser
+from aotui.supervisor.interface.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -16,10 +16,10 @@ import psutil
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.state import FORMAT, VERSION, AppEntry, DesktopState
-from aotui.supervisor.store import DesktopStore
-from aotui.supervisor.store_faults import StoreCorrupt
-from aotui.supervisor.store_repair import repair
+from aotui.supervisor.store.faults import StoreCorrupt
+from aotui.supervisor.store.repair import repair
+from aotui.supervisor.store.state import FORMAT, VERSION, AppEntry, DesktopState
+from aotui.supervisor.store.store import DesktopStore
 from tests.conftest import RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]

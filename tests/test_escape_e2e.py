@@ -38,8 +38,8 @@ import psutil
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.client import Client, DesktopUnavailable
-from aotui.supervisor.instructions import SYSTEM_INSTRUCTIONS
+from aotui.supervisor.desktop.instructions import SYSTEM_INSTRUCTIONS
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
 from tests.conftest import TEST_APPS, RunningDesktop, write_config
 
 Start = Callable[..., RunningDesktop]

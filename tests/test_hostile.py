@@ -28,14 +28,14 @@ import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import ChildLink, FragmentUpdate, ViewFragment
-from aotui.supervisor import view_tree
-from aotui.supervisor.app_logs import AppLog
-from aotui.supervisor.app_record import AppRecord, AppStatus
+from aotui.supervisor.desktop import view_tree
+from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
+from aotui.supervisor.desktop.snapshot import SnapshotBudget, build_snapshot
+from aotui.supervisor.desktop.system_log import SystemLog, said_by
 from aotui.supervisor.manifest import load_manifest
-from aotui.supervisor.restart import RestartPolicy, RestartTracker
-from aotui.supervisor.snapshot import SnapshotBudget, build_snapshot
-from aotui.supervisor.system_log import SystemLog, said_by
-from aotui.supervisor.watchdog import Watchdog
+from aotui.supervisor.workers.app_logs import AppLog
+from aotui.supervisor.workers.restart import RestartPolicy, RestartTracker
+from aotui.supervisor.workers.watchdog import Watchdog
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.http_broker import (
+from aotui.supervisor.broker.http import (
     _FOREIGN,
     MAX_REQUEST_BODY,
     BrokerPolicy,
@@ -39,8 +39,8 @@ from aotui.supervisor.http_broker import (
     host_allowed,
     policy_from_permissions,
 )
+from aotui.supervisor.broker.net_policy import address_refusal
 from aotui.supervisor.manifest import parse_permission
-from aotui.supervisor.net_policy import address_refusal
 
 pytestmark = pytest.mark.timeout(5)
 

@@ -24,8 +24,8 @@ from aotui.protocol import codec
 from aotui.protocol.messages import Ack, FragmentUpdate, Message, Mount, Operation, ViewFragment
 from aotui.sandbox.sdk import App, View, operation
 from aotui.sandbox.worker import WorkerLoop, load_app
-from aotui.supervisor.state import AppEntry, DesktopState
-from aotui.supervisor.store import DesktopStore
+from aotui.supervisor.store.state import AppEntry, DesktopState
+from aotui.supervisor.store.store import DesktopStore
 from tests.conftest import BUNDLED_APPS, RunningDesktop
 
 Start = Callable[..., RunningDesktop]

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from aotui.protocol.errors import ErrorCode
-from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
 from aotui.supervisor.paths import SUN_PATH_MAX, is_listening, unix_address
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 

@@ -26,8 +26,8 @@ import pytest
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.sandbox import handles
 from aotui.sandbox import probe as probe_module
-from aotui.supervisor.client import Client, DesktopUnavailable
-from aotui.supervisor.uids import UID_BASE, UidAllocator
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.workers.uids import UID_BASE, UidAllocator
 from tests.confined import APP, APP_UID, run_confined
 from tests.conftest import BUNDLED_APPS, TEST_APPS, RunningDesktop, wait_for, write_config
 

@@ -6,7 +6,7 @@ import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.config import DesktopConfig
-from aotui.supervisor.restart import RestartMode, RestartPolicy, RestartTracker
+from aotui.supervisor.workers.restart import RestartMode, RestartPolicy, RestartTracker
 from tests.test_supervisor_units import FakeClock
 
 

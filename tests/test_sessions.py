@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.sessions import SessionTable, check_session_name
+from aotui.supervisor.server.sessions import SessionTable, check_session_name
 from tests.conftest import RunningDesktop
 
 Start = Callable[..., RunningDesktop]

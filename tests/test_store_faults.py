@@ -24,10 +24,10 @@ import psutil
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.client import Client, DesktopUnavailable
-from aotui.supervisor.registry import SnapshotRegistry
-from aotui.supervisor.store import SCHEMA_VERSION, DesktopStore
-from aotui.supervisor.store_faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.server.registry import SnapshotRegistry
+from aotui.supervisor.store.faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
+from aotui.supervisor.store.store import SCHEMA_VERSION, DesktopStore
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for, write_config
 
 Start = Callable[..., RunningDesktop]

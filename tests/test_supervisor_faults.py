@@ -26,9 +26,9 @@ import zmq
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import ErrorReply, Request
-from aotui.supervisor.client import Client
+from aotui.supervisor.interface.client import Client
 from aotui.supervisor.paths import unix_address
-from aotui.supervisor.stall import LoopClock
+from aotui.supervisor.server.stall import LoopClock
 from tests.conftest import RunningDesktop, wait_for
 from tests.test_supervisor_units import FakeClock
 

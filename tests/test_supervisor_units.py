@@ -9,10 +9,10 @@ import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.config import DesktopConfig, Limits, load_config
-from aotui.supervisor.lease import InputLease
 from aotui.supervisor.manifest import load_manifest, parse_permission
-from aotui.supervisor.registry import SnapshotRegistry
-from aotui.supervisor.throttle import SignalThrottle
+from aotui.supervisor.server.lease import InputLease
+from aotui.supervisor.server.registry import SnapshotRegistry
+from aotui.supervisor.server.throttle import SignalThrottle
 
 
 class FakeClock:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.uids import Lease, UidAllocator, process_start
+from aotui.supervisor.workers.uids import Lease, UidAllocator, process_start
 
 #: A range no account and no real desktop uses (the real one starts at 200000).
 BASE = 3_100_000
@@ -19,7 +19,7 @@ BASE = 3_100_000
 HOLDER = """
 import sys
 from pathlib import Path
-from aotui.supervisor.uids import UidAllocator
+from aotui.supervisor.workers.uids import UidAllocator
 allocator = UidAllocator(Path(sys.argv[1]), base=int(sys.argv[2]), count=int(sys.argv[3]))
 print(" ".join(str(allocator.allocate(f"app {i}")) for i in range(int(sys.argv[4]))), flush=True)
 sys.stdin.read()

@@ -1,4 +1,8 @@
-"""The product layer's faces beyond the control socket: how programs and agents plug in.
+"""The product layer: how people, programs and agents reach a desktop.
+
+- :mod:`~supervisor.interface.client` — ``Client``, the Python API over the control socket;
+  :mod:`~supervisor.interface.cli` — ``aotui``, with :mod:`~supervisor.interface.reports` (tables),
+  :mod:`~supervisor.interface.watch` and :mod:`~supervisor.interface.demo`.
 
 - :mod:`~supervisor.interface.serve` — ``serve_desktop``: a supervisor with these faces attached
   (what ``aotui up`` runs).
@@ -12,8 +16,7 @@
   official MCP SDK, imported by that command only; :mod:`~supervisor.interface.operation_tools`
   — its per-operation tools.
 
-The client (:mod:`supervisor.client`), the CLI (:mod:`supervisor.cli`) and the reports, watch and
-demo modules belong here too and move in later. Arrows point one way: these modules use the
+Arrows point one way: these modules use the
 supervisor; nothing in the supervisor imports them.
 """
 

@@ -31,7 +31,7 @@ from pydantic import AnyUrl
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Signal
-from aotui.supervisor.client import Client
+from aotui.supervisor.interface.client import Client
 from aotui.supervisor.interface.operation_tools import OperationTool, operation_tools
 
 __all__ = ["DesktopMcp", "serve_http", "serve_stdio"]

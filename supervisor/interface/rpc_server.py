@@ -47,7 +47,7 @@ from aotui.supervisor.interface.snapshot_json import snapshot_json
 from aotui.supervisor.paths import unix_address
 
 if TYPE_CHECKING:
-    from aotui.supervisor.server import Supervisor
+    from aotui.supervisor.server.process import Supervisor
 
 __all__ = ["SIGNAL_REASONS", "RpcLimits", "RpcServer"]
 
@@ -118,7 +118,7 @@ class _Connection:
 
 
 class RpcServer:
-    """The JSON-RPC face of one desktop (a :class:`~supervisor.server.Service`)."""
+    """The JSON-RPC face of one desktop (a :class:`~supervisor.server.process.Service`)."""
 
     def __init__(self, supervisor: Supervisor, limits: RpcLimits | None = None) -> None:
         self.supervisor = supervisor

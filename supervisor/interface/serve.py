@@ -10,7 +10,7 @@ from aotui.supervisor.interface.snapshot_json import snapshot_json
 from aotui.supervisor.interface.state_transfer import StateTransfer
 from aotui.supervisor.interface.waits import DesktopWaits
 from aotui.supervisor.paths import DesktopPaths
-from aotui.supervisor.server import Supervisor
+from aotui.supervisor.server.process import Supervisor
 
 __all__ = ["serve_desktop"]
 

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from aotui.protocol.messages import ViewFragment
-from aotui.supervisor.snapshot import RefTable
+from aotui.supervisor.desktop.snapshot import RefTable
 
 __all__ = ["snapshot_json"]
 

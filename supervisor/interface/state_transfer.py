@@ -1,6 +1,6 @@
 """Export and import a desktop's state (seed 000's persistence, given to the product layer).
 
-``export`` answers the desktop as :class:`~supervisor.state.DesktopState` data (format
+``export`` answers the desktop as :class:`~supervisor.store.state.DesktopState` data (format
 ``aotui.desktop``, versioned): apps, their view ids and their own data. ``import`` takes such data
 and gives each app it names (matched by manifest id) that app's data: a running app is closed and
 opened again from it, so it shows the imported state at once. Apps the data names that are not
@@ -14,10 +14,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.state import DesktopState
+from aotui.supervisor.store.state import DesktopState
 
 if TYPE_CHECKING:
-    from aotui.supervisor.server import Supervisor
+    from aotui.supervisor.server.process import Supervisor
 
 __all__ = ["StateTransfer"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aotui.protocol.errors import AotuiError, ErrorCode
 
 if TYPE_CHECKING:
-    from aotui.supervisor.server import Supervisor
+    from aotui.supervisor.server.process import Supervisor
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "MAX_TIMEOUT_MS", "DesktopWaits"]
 

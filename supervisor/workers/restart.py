@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.registry import Clock
+from aotui.supervisor.server.registry import Clock
 
 __all__ = ["BOUNDS", "RestartDecision", "RestartMode", "RestartPolicy", "RestartTracker"]
 

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from aotui.supervisor.client import Client
+from aotui.supervisor.interface.client import Client
 
 __all__ = ["watch"]
 
@@ -15,7 +15,7 @@ _CLEAR = "\x1b[H\x1b[2J"
 
 def watch(client: Client, max_updates: int | None = None, json_output: bool = False) -> int:
     """Redraw snapshot + status on each signal (and every 2 s); ``max_updates`` bounds it."""
-    from aotui.supervisor.reports import format_status
+    from aotui.supervisor.interface.reports import format_status
 
     updates = 0
     last_reason = "start"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
 
 __all__ = ["run_demo"]
 

@@ -32,21 +32,21 @@ from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal
-from aotui.supervisor.app_record import AppRecord
-from aotui.supervisor.client_queues import IN_FLIGHT, QUEUED, ClientQueues
 from aotui.supervisor.config import DesktopConfig
-from aotui.supervisor.conn_guard import (
+from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.desktop.desktop import Desktop
+from aotui.supervisor.desktop.snapshot import RefTable
+from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
+from aotui.supervisor.server.client_queues import IN_FLIGHT, QUEUED, ClientQueues
+from aotui.supervisor.server.conn_guard import (
     HANDSHAKE_S,
     ConnectionGuard,
     connection_bound,
     raise_descriptor_limit,
 )
-from aotui.supervisor.desktop import Desktop
-from aotui.supervisor.lease import InputLease
-from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
-from aotui.supervisor.sessions import SessionTable, check_session_name
-from aotui.supervisor.snapshot import RefTable
-from aotui.supervisor.throttle import SignalThrottle
+from aotui.supervisor.server.lease import InputLease
+from aotui.supervisor.server.sessions import SessionTable, check_session_name
+from aotui.supervisor.server.throttle import SignalThrottle
 
 __all__ = ["Supervisor"]
 
@@ -143,7 +143,7 @@ class Supervisor:
 
     async def _run(self, context: zmq.asyncio.Context) -> None:
         self.desktop = Desktop(self.config, self.paths, context, self.changed)
-        # A lease is not lost to time the supervisor itself was stopped (supervisor/stall.py).
+        # A lease is not lost to time the supervisor itself was stopped (server/stall.py).
         self.lease.clock = self.desktop.runner.loop_clock
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

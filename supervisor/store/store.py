@@ -1,6 +1,6 @@
 """The embedded default store: one SQLite file (WAL) per named desktop under ``AOTUI_HOME``.
 
-``AOTUI_HOME/desktops/<name>.db`` holds the desktop's :class:`~supervisor.state.DesktopState`:
+``AOTUI_HOME/desktops/<name>.db`` holds the desktop's :class:`~supervisor.store.state.DesktopState`:
 a ``meta`` table (format version, id, times, next ``app_N``, the snapshot-id reservation) and an
 ``apps`` table (one row per installed app; the app's own data is stored as a codec frame, so
 bytes and every plain value survive exactly, and each row carries a checksum of its content) and
@@ -9,19 +9,19 @@ operation writes only the parts it changed (:meth:`DesktopStore.save_parts`), wh
 app row's data when loaded; writing the whole app row again drops them.
 Durability is the caller's choice per write: ``synchronous=FULL`` makes a commit durable before
 it returns (per-ack mode). The file is opened in SQLite's exclusive locking mode: one process at
-a time (the supervisor, which also holds :mod:`~supervisor.store_lock`), and no shared-memory
+a time (the supervisor, which also holds :mod:`~supervisor.store.lock`), and no shared-memory
 index that a full disk could turn into a SIGBUS.
 
 Nothing is invented and nothing is reset silently:
 
 - a file that cannot be read because it is damaged raises :class:`StoreCorrupt`; one the disk
-  refuses raises :class:`StoreIOError` (``E_IO``) — see :mod:`~supervisor.store_faults`;
+  refuses raises :class:`StoreIOError` (``E_IO``) — see :mod:`~supervisor.store.faults`;
 - a missing or empty file of a desktop that existed (its ``<name>.identity`` says so) is damage,
   not a new desktop;
 - a damaged app row is quarantined: the other apps load, the row is kept as it is and reported
   (:attr:`DesktopStore.quarantined`), and no later save overwrites or deletes it;
 - damage at the WAL's tail is reported (:attr:`DesktopStore.wal_damage`) and the WAL is kept
-  aside before SQLite drops it (:mod:`~supervisor.wal_check`).
+  aside before SQLite drops it (:mod:`~supervisor.store.wal_check`).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from typing import Any
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError
 from aotui.protocol.messages import AppState
-from aotui.supervisor.state import VERSION, AppEntry, DesktopState
-from aotui.supervisor.store_faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
-from aotui.supervisor.store_lock import lock_holder
-from aotui.supervisor.wal_check import tail_damage
+from aotui.supervisor.store.faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
+from aotui.supervisor.store.lock import lock_holder
+from aotui.supervisor.store.state import VERSION, AppEntry, DesktopState
+from aotui.supervisor.store.wal_check import tail_damage
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -16,7 +16,7 @@ import os
 import struct
 from pathlib import Path
 
-from aotui.supervisor.store_faults import StoreHeld, StoreIOError
+from aotui.supervisor.store.faults import StoreHeld, StoreIOError
 
 __all__ = ["StoreLock", "lock_holder", "lock_path"]
 

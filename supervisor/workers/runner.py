@@ -1,8 +1,8 @@
 """Starting, watching, restarting and stopping the workers of a desktop's apps.
 
 The runner owns the zygote launcher, the watchdog and the heartbeats. A worker that ends without
-being asked to is handled by its app's :class:`~supervisor.restart.RestartPolicy`; the reason it
-ended (``exit 1``, ``signal 9``, ``memory limit``, ``cpu limit``, ``timeout``, ``protocol
+being asked to is handled by its app's :class:`~supervisor.workers.restart.RestartPolicy`; the
+reason it ended (``exit 1``, ``signal 9``, ``memory limit``, ``cpu limit``, ``timeout``, ``protocol
 violation``) becomes the app's ``last_exit``. An operation in flight when a worker dies is answered
 ``E_APP_ERROR``, never left without a reply.
 """
@@ -38,31 +38,31 @@ from aotui.protocol.messages import (
     Start,
 )
 from aotui.sandbox.cgroups import throttle_cpu
-from aotui.supervisor.app_logs import OUTPUT_BYTES_PER_S, AppLog
-from aotui.supervisor.app_record import AppRecord, AppStatus
-from aotui.supervisor.config import DesktopConfig
-from aotui.supervisor.http_broker import (
+from aotui.supervisor.broker.http import (
     BROKER_THREADS_PER_APP,
     HttpRequest,
     broker_pool,
     fetch,
     policy_from_permissions,
 )
-from aotui.supervisor.launcher import ZygoteLauncher
+from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
+from aotui.supervisor.desktop.system_log import said_by
+from aotui.supervisor.desktop.view_tree import ViewTree
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
-from aotui.supervisor.restart import RestartDecision, RestartPolicy, RestartTracker
-from aotui.supervisor.stall import LoopClock
-from aotui.supervisor.system_log import said_by
-from aotui.supervisor.uids import UidAllocator
-from aotui.supervisor.view_tree import ViewTree
-from aotui.supervisor.watchdog import Violation, Watchdog
-from aotui.supervisor.worker_handle import (
+from aotui.supervisor.server.stall import LoopClock
+from aotui.supervisor.workers.app_logs import OUTPUT_BYTES_PER_S, AppLog
+from aotui.supervisor.workers.handle import (
     LOG_LINES_PER_S,
     MAX_WORKER_FRAME,
     WORKER_QUEUE_FRAMES,
     WorkerHandle,
     describe_exit,
 )
+from aotui.supervisor.workers.launcher import ZygoteLauncher
+from aotui.supervisor.workers.restart import RestartDecision, RestartPolicy, RestartTracker
+from aotui.supervisor.workers.uids import UidAllocator
+from aotui.supervisor.workers.watchdog import Violation, Watchdog
 
 __all__ = ["AppRunner"]
 
@@ -102,9 +102,9 @@ class AppRunner:
             config.watchdog_interval_s, config.cpu_window_s, config.cpu_strikes
         )
         self.closing = False
-        #: Time the supervisor's own loop did not run is nobody's silence (supervisor/stall.py).
+        #: Time the supervisor's own loop did not run is nobody's silence (server/stall.py).
         self.loop_clock = LoopClock(on_stall=self._stalled)
-        # As root each worker leases a uid of its own on this machine (see supervisor/uids.py).
+        # As root each worker leases a uid of its own on this machine (see workers/uids.py).
         self.uids = UidAllocator() if os.geteuid() == 0 else None
         #: Per running app: its leased uid (root) and its private temporary directory.
         self._leased: dict[str, int] = {}

@@ -1,7 +1,7 @@
 """The desktop: installed apps, their workers, and what every command of CONTRACT §5 does.
 
 Lives inside the supervisor's event loop. Every wait on a worker has a deadline
-(:class:`~supervisor.worker_handle.WorkerHandle`), so one slow app delays only the command that
+(:class:`~supervisor.workers.handle.WorkerHandle`), so one slow app delays only the command that
 waits on it. Changes are reported through ``on_change`` (which the supervisor turns into throttled
 signals).
 """
@@ -28,19 +28,19 @@ from aotui.protocol.messages import (
     Operation,
     ViewFragment,
 )
-from aotui.supervisor.app_logs import last_output, log_size
-from aotui.supervisor.app_record import AppRecord, AppStatus
-from aotui.supervisor.app_runner import AppRunner
 from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
+from aotui.supervisor.desktop.snapshot import RefTable, Snapshot, build_snapshot
+from aotui.supervisor.desktop.system_log import SystemLog
 from aotui.supervisor.manifest import Manifest, load_manifest, name_key
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
-from aotui.supervisor.registry import SnapshotRegistry
-from aotui.supervisor.snapshot import RefTable, Snapshot, build_snapshot
-from aotui.supervisor.state import AppEntry, DesktopState
-from aotui.supervisor.store import DesktopStore
-from aotui.supervisor.store_faults import StoreIOError
-from aotui.supervisor.store_lock import StoreLock
-from aotui.supervisor.system_log import SystemLog
+from aotui.supervisor.server.registry import SnapshotRegistry
+from aotui.supervisor.store.faults import StoreIOError
+from aotui.supervisor.store.lock import StoreLock
+from aotui.supervisor.store.state import AppEntry, DesktopState
+from aotui.supervisor.store.store import DesktopStore
+from aotui.supervisor.workers.app_logs import last_output, log_size
+from aotui.supervisor.workers.runner import AppRunner
 
 __all__ = ["Desktop"]
 
@@ -392,7 +392,7 @@ class Desktop:
                 self._store_failed(exc)
 
     def log(self, text: str, owner: str | None = None) -> None:
-        """Add a line to System Logs (``owner``: see :mod:`supervisor.system_log`)."""
+        """Add a line to System Logs (``owner``: see :mod:`supervisor.desktop.system_log`)."""
         self.system_log.add(time.time(), text, owner)
 
     # --- install --------------------------------------------------------------------------------
@@ -472,7 +472,7 @@ class Desktop:
             ErrorCode.E_NOT_FOUND, f"no application {ref!r}; installed: {known}", {"app": ref}
         )
 
-    # --- workers (see supervisor.app_runner) ---------------------------------------------------
+    # --- workers (see supervisor.workers.runner) -------------------------------------------
 
     async def open_app(self, app: AppRecord, fresh: bool = False) -> None:
         """Start a worker for ``app`` (or show it, when collapsed); ``fresh``: without its state."""

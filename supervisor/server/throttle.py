@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from aotui.supervisor.registry import Clock
+from aotui.supervisor.server.registry import Clock
 
 __all__ = ["Burst", "SignalThrottle"]
 

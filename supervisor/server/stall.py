@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from aotui.supervisor.registry import Clock
+from aotui.supervisor.server.registry import Clock
 
 __all__ = ["LoopClock"]
 

@@ -20,16 +20,16 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
-from aotui.supervisor.app_logs import log_files
-from aotui.supervisor.client import Client, DesktopUnavailable
 from aotui.supervisor.config import load_config
-from aotui.supervisor.launcher import prestart
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.reports import format_desktops, format_doctor, format_status
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
-from aotui.supervisor.reports import format_desktops, format_doctor, format_status
-from aotui.supervisor.store import DesktopStore, identity_path
-from aotui.supervisor.store_faults import StoreHeld
-from aotui.supervisor.store_lock import StoreLock, lock_holder
-from aotui.supervisor.store_repair import aside, describe_store, repair, stored_desktops
+from aotui.supervisor.store.faults import StoreHeld
+from aotui.supervisor.store.lock import StoreLock, lock_holder
+from aotui.supervisor.store.repair import aside, describe_store, repair, stored_desktops
+from aotui.supervisor.store.store import DesktopStore, identity_path
+from aotui.supervisor.workers.app_logs import log_files
+from aotui.supervisor.workers.launcher import prestart
 
 __all__ = ["main"]
 
@@ -459,7 +459,7 @@ def cmd_say(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Live inspector: redraw the snapshot on every signal, with the status table."""
-    from aotui.supervisor.watch import watch
+    from aotui.supervisor.interface.watch import watch
 
     with _client(args) as client:
         return watch(client, args.max_updates, args.json)
@@ -489,7 +489,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """A scripted agent session on the bundled apps."""
-    from aotui.supervisor.demo import run_demo
+    from aotui.supervisor.interface.demo import run_demo
 
     return run_demo(json_output=args.json)
 

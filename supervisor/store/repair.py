@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.store import DesktopStore, identity_path, read_identity, read_row
-from aotui.supervisor.store_faults import (
+from aotui.supervisor.store.faults import (
     StoreCorrupt,
     StoreHealth,
     StoreHeld,
     StoreIOError,
     from_sqlite,
 )
-from aotui.supervisor.store_lock import lock_holder
-from aotui.supervisor.wal_check import tail_damage
+from aotui.supervisor.store.lock import lock_holder
+from aotui.supervisor.store.store import DesktopStore, identity_path, read_identity, read_row
+from aotui.supervisor.store.wal_check import tail_damage
 
 __all__ = ["aside", "describe_store", "repair", "stored_desktops"]
 

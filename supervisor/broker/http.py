@@ -30,8 +30,13 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urljoin, urlsplit
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.broker.net_policy import (
+    IPAddress,
+    address_refusal,
+    host_allowed,
+    normalise_host,
+)
 from aotui.supervisor.manifest import Permission
-from aotui.supervisor.net_policy import IPAddress, address_refusal, host_allowed, normalise_host
 
 __all__ = [
     "BROKER_THREADS",

@@ -13,7 +13,7 @@
   throttled``: :func:`sandbox.cgroups.throttle_cpu` lowers its cgroup quota to its share, or its
   priority to ``SCHED_IDLE``) and keeps serving; one that answered none spins without serving →
   kill (``cpu limit``). One busy burst is allowed; a spinning loop is not.
-- Heartbeats are the supervisor's (see :mod:`supervisor.desktop`); this module only samples.
+- Heartbeats are the supervisor's (see :mod:`supervisor.desktop.desktop`); this module only samples.
 
 The family of a worker is its process group, not its parent chain: a double-forked child is
 re-parented away from the worker but cannot leave the group (seccomp denies ``setsid`` and
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from aotui.supervisor.registry import Clock
+from aotui.supervisor.server.registry import Clock
 
 __all__ = ["PRECISE_ABOVE", "Violation", "Watchdog", "WatchedWorker", "process_groups"]
 

@@ -1,9 +1,9 @@
 """Assembling the desktop snapshot (CONTRACT §4) from cached fragments; never re-renders.
 
 The text is built from pieces that are already safe: fragments were sanitized when they arrived
-(:mod:`supervisor.view_tree`), every other app-originated string (names, descriptions, labels,
-log lines) passes :func:`~protocol.structure.sanitize` here, and every name written into a
-structural tag goes through :func:`~supervisor.view_tree.attribute_text`.
+(:mod:`supervisor.desktop.view_tree`), every other app-originated string (names, descriptions,
+labels, log lines) passes :func:`~protocol.structure.sanitize` here, and every name written into a
+structural tag goes through :func:`~supervisor.desktop.view_tree.attribute_text`.
 
 Each app's part is bounded by a :class:`SnapshotBudget` (bytes, views, depth; and the desktop's
 total): what exceeds it is replaced by a visible marker naming the app and what to do, so one app
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from aotui.protocol.messages import ViewFragment
 from aotui.protocol.structure import sanitize
-from aotui.supervisor.app_record import AppRecord, AppStatus
-from aotui.supervisor.instructions import SYSTEM_INSTRUCTIONS
-from aotui.supervisor.view_tree import attribute_text
+from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
+from aotui.supervisor.desktop.instructions import SYSTEM_INSTRUCTIONS
+from aotui.supervisor.desktop.view_tree import attribute_text
 
 __all__ = [
     "RefTable",

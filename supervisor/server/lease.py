@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.registry import Clock
+from aotui.supervisor.server.registry import Clock
 
 __all__ = ["InputLease", "LeaseGrant"]
 

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import sanitize
+from aotui.supervisor.desktop.view_tree import ViewTree
 from aotui.supervisor.manifest import Manifest
-from aotui.supervisor.restart import RestartTracker
-from aotui.supervisor.view_tree import ViewTree
+from aotui.supervisor.workers.restart import RestartTracker
 
 if TYPE_CHECKING:
-    from aotui.supervisor.worker_handle import WorkerHandle
+    from aotui.supervisor.workers.handle import WorkerHandle
 
 __all__ = ["TRANSITIONS", "AppRecord", "AppStatus"]
 

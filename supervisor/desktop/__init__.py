@@ -1,0 +1,10 @@
+"""One desktop's contents: its apps, their views, and the snapshot assembled from them.
+
+- :mod:`~supervisor.desktop.desktop` — ``Desktop``: what each command does to apps and views.
+- :mod:`~supervisor.desktop.app_record` — one app's record and state machine (the desktop owns it).
+- :mod:`~supervisor.desktop.view_tree` — an app's views, ids and cached fragments, with budgets.
+- :mod:`~supervisor.desktop.snapshot` — the Markdown snapshot from cached fragments, with budgets.
+- :mod:`~supervisor.desktop.instructions`, :mod:`~supervisor.desktop.system_log` — the system views.
+"""
+
+__all__: list[str] = []
