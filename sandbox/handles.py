@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Handles", "open_handles", "reachable", "reroute_imports", "settle"]
+__all__ = ["Handles", "open_handles", "reachable", "real_names", "reroute_imports", "settle"]
 
 #: Real directory → the name this process reaches it by (set once, by :func:`reroute_imports`).
 _routes: dict[str, str] = {}
@@ -107,6 +107,15 @@ def _translate(path: str, routes: Mapping[str, str]) -> str:
 def reachable(path: str) -> str:
     """The name this process reaches ``path`` by after :func:`reroute_imports`."""
     return _translate(os.path.normpath(path), _routes) if _routes else path
+
+
+def real_names(text: str) -> str:
+    """``text`` (a traceback) with every reachable name turned back into the real path, so logs
+    and System Logs name the app's own files, not ``/proc/self/fd/N``."""
+    for real, route in sorted(_routes.items(), key=lambda item: -len(item[1])):
+        if route != real:
+            text = text.replace(route.rstrip("/") + "/", real.rstrip("/") + "/")
+    return text
 
 
 def reroute_imports(routes: Mapping[str, str]) -> None:

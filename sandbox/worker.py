@@ -53,7 +53,7 @@ from aotui.protocol.messages import (
     ViewFragment,
 )
 from aotui.sandbox.confine import confine
-from aotui.sandbox.handles import reachable
+from aotui.sandbox.handles import reachable, real_names
 from aotui.sandbox.render import render_view
 from aotui.sandbox.sdk import App, OperationCall, View
 
@@ -516,7 +516,7 @@ def run_worker(
                     loop.mount(key)
             loop.sent.clear()
         except Exception as exc:
-            detail = "".join(traceback.format_exception(exc)).strip()
+            detail = real_names("".join(traceback.format_exception(exc)).strip())
             sock.send(codec.encode(LogRecord(level="error", message=detail[-2000:])))
             sock.send(
                 codec.encode(

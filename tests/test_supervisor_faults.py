@@ -29,7 +29,7 @@ from aotui.protocol.messages import ErrorReply, Request
 from aotui.supervisor.interface.client import Client
 from aotui.supervisor.paths import unix_address
 from aotui.supervisor.server.stall import LoopClock
-from tests.conftest import RunningDesktop, wait_for
+from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 from tests.test_supervisor_units import FakeClock
 
 Start = Callable[..., RunningDesktop]
@@ -422,6 +422,25 @@ def test_a_saved_state_that_hangs_render_has_a_way_back(start_desktop: Start) ->
     assert rows(client)["app_0"]["state"] == "running"
     view = view_of(client.snapshot(), "app_0", "Faulty")
     assert client.execute(operation("app_0", view, "bump")) == {"ran": 1, "results": [1]}
+
+
+def test_a_crash_in_a_private_directory_names_the_apps_real_file(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    # As root, an app in a 0700 directory is reached through /proc/self/fd/N; its traceback
+    # still names the file where the user keeps it.
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    app = private / "brokenimport"
+    app.mkdir()
+    for name in ("aoapp.json", "app.py"):
+        (app / name).write_text((TEST_APPS / "brokenimport" / name).read_text())
+    desktop = start_desktop([str(app)], name="private-crash")
+    with pytest.raises(AotuiError):
+        desktop.client.execute("<context>open --application app_0</context>")
+    logs = system_logs(desktop.client)
+    assert f'File "{app}/app.py", line 7' in logs
+    assert "/proc/self/fd/" not in logs
 
 
 def test_a_crash_at_import_is_reported_and_stays_failed(start_desktop: Start) -> None:
