@@ -9,7 +9,8 @@ tuples, sets, subclasses or ext types. Integers span msgpack's range, -2**63 to 
 
 :class:`Codec` limits: ``max_frame_bytes`` (4 MiB), checked before unpacking; ``max_depth`` (32)
 counts nesting from the frame array (1) and fields map (2); ``max_items`` (100 000) bounds each
-array and map; ``max_str_bytes`` (1 MiB) each str (as UTF-8) and bin. msgpack's C unpacker
+array and map; ``max_str_bytes`` (3.5 MiB) each str (as UTF-8) and bin — a whole snapshot of the
+desktop's largest budget (3 MiB of Markdown) is one str. msgpack's C unpacker
 allocates an array's claimed length before reading it, so a few KB of nested headers could claim
 gigabytes: a frame whose array headers might claim more items than it has bytes is first walked
 by :func:`protocol.frame_guard.scan`, which allocates nothing.
@@ -195,7 +196,7 @@ class Codec:
     #: Most elements in one array, or entries in one map.
     max_items: int = 100_000
     #: Longest str (in UTF-8 bytes) or bin.
-    max_str_bytes: int = 1024 * 1024
+    max_str_bytes: int = 7 << 19
 
     _decoders: dict[str, _Convert] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False

@@ -566,3 +566,14 @@ def test_messages_name_kind_field_and_limit() -> None:
         error.message
         == "cannot encode: 'reply' message, field result['a']: set is not plain msgpack data"
     )
+
+
+def test_a_snapshot_of_the_largest_budget_fits_one_string() -> None:
+    # The snapshot budget allowed 3 MiB while a str was capped at 1 MiB, so a desktop of many
+    # shown apps answered every pull E_INTERNAL instead of its snapshot.
+    from aotui.supervisor.config import DesktopConfig
+
+    largest = DesktopConfig().snapshot_max_bytes
+    assert Codec().max_str_bytes >= largest
+    markdown = "x" * largest
+    assert decode(encode(Reply(1, markdown))) == Reply(1, markdown)
