@@ -5,9 +5,12 @@ level order of the view tree as views are discovered and never change while the 
 ``(view:@key)`` links of a fragment are resolved to ``(view:view_N)`` once, when it arrives.
 Fragment text passes :func:`~protocol.structure.sanitize` again here because a compromised worker
 can send anything, and what a worker may keep cached here is bounded (:data:`MAX_FRAGMENTS`,
-:data:`MAX_FRAGMENT_BYTES`, :data:`MAX_VIEW_IDS`): an update past a budget is refused, which kills
-the worker as a protocol violation. Every walk of the tree is iterative: a worker controls its
-shape, and a 1,200-deep chain must not exhaust Python's recursion limit.
+:data:`MAX_FRAGMENT_BYTES`, :data:`MAX_VIEW_IDS` views in the tree at once): an update past a
+budget is refused, which kills the worker as a protocol violation. The ids remembered for views
+that have left the tree are bounded too (:data:`MAX_VIEW_IDS` in all): past it the longest-known
+of them are forgotten, so an app that shows 10,000 notes one page at a time runs on and a worker
+naming fresh keys cannot grow the supervisor. Every walk of the tree is iterative: a worker
+controls its shape, and a 1,200-deep chain must not exhaust Python's recursion limit.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ __all__ = [
 MAX_FRAGMENTS = 256
 #: …holding at most this many bytes together (each charged the frame that carried it)…
 MAX_FRAGMENT_BYTES = 8 << 20
-#: …and view ids it may make the supervisor hand out (ids are kept for the app's life).
+#: …views it may have in its tree at once, and view ids the supervisor remembers for it.
 MAX_VIEW_IDS = 4096
 
 _LINK = re.compile(r"\(view:@([^)\s]+)\)")
@@ -100,15 +103,21 @@ class ViewTree:
         self.markdown: dict[str, str] = {}
         #: Bytes charged to each cached fragment (its Markdown, at least its share of the frame).
         self.sizes: dict[str, int] = {}
+        #: ``key → view_N``, oldest first (the order forgetting follows).
         self.ids: dict[str, str] = {}
         self.keys: dict[str, str] = {}
         self.hidden: set[str] = set()
         self.revision = 0
+        #: The next ``view_N``: a forgotten id is never handed to another view.
+        self.next_id = 0
 
     def restore_ids(self, ids: dict[str, str]) -> None:
         """Take back the ids handed out before a restore (``key → view_N``)."""
-        self.ids = dict(ids)
-        self.keys = {view_id: key for key, view_id in ids.items()}
+        ordered = sorted(ids.items(), key=lambda item: _number(item[1]))
+        self.ids = dict(ordered)
+        self.keys = {view_id: key for key, view_id in ordered}
+        # The newest id is never forgotten (see _forget), so numbering goes on after it.
+        self.next_id = max((_number(view_id) + 1 for view_id in self.keys), default=0)
 
     def apply(self, update: FragmentUpdate, frame_bytes: int = 0) -> None:
         """Take a worker's update: cache fragments, assign new ids, resolve links.
@@ -163,16 +172,33 @@ class ViewTree:
         return _LINK.sub(replace, markdown)
 
     def _assign_ids(self) -> None:
-        for node_key, _depth, _label in self._level_order():
-            if node_key not in self.ids:
-                if len(self.ids) >= MAX_VIEW_IDS:
-                    raise AotuiError(
-                        ErrorCode.E_INVALID_CMD,
-                        f"the worker named more than {MAX_VIEW_IDS} distinct views",
-                    )
-                view_id = f"view_{len(self.ids)}"
-                self.ids[node_key] = view_id
-                self.keys[view_id] = node_key
+        order = self._level_order()
+        if len(order) > MAX_VIEW_IDS:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"the worker shows {len(order)} distinct views at once, over the budget of "
+                f"{MAX_VIEW_IDS}; link fewer (a page of them, and a link to the next page)",
+            )
+        new = [key for key, _depth, _label in order if key not in self.ids]
+        if len(self.ids) + len(new) > MAX_VIEW_IDS:
+            self._forget(len(self.ids) + len(new) - MAX_VIEW_IDS, {key for key, *_ in order})
+        for key in new:
+            view_id = f"view_{self.next_id}"
+            self.next_id += 1
+            self.ids[key] = view_id
+            self.keys[view_id] = key
+
+    def _forget(self, count: int, live: set[str]) -> None:
+        """Forget the ids of ``count`` views no longer in the tree, those known longest first.
+
+        Forgetting a quarter of the budget at once keeps this walk rare. Cached fragments, hidden
+        views and the newest id are kept (a restore numbers on from the newest).
+        """
+        count = max(count, MAX_VIEW_IDS // 4)
+        newest = next(reversed(self.ids), None)
+        kept = live | self.fragments.keys() | self.hidden | {newest}
+        for key in [key for key in self.ids if key not in kept][:count]:
+            del self.keys[self.ids.pop(key)]
 
     def _roots(self) -> list[ViewFragment]:
         return [f for f in self.fragments.values() if f.parent is None]
@@ -237,7 +263,7 @@ class ViewTree:
             and key in self.ids
             and key in self.markdown
         ]
-        shown.sort(key=lambda item: int(item[0].removeprefix("view_")))
+        shown.sort(key=lambda item: _number(item[0]))
         return shown
 
     def key_for(self, view_id: str) -> str:
@@ -265,4 +291,9 @@ class ViewTree:
     def mounted_keys(self) -> list[str]:
         """Keys of the mounted views in id order (what a restarted worker mounts again)."""
         keys = [key for key, f in self.fragments.items() if f.mounted and key in self.ids]
-        return sorted(keys, key=lambda key: int(self.ids[key].removeprefix("view_")))
+        return sorted(keys, key=lambda key: _number(self.ids[key]))
+
+
+def _number(view_id: str) -> int:
+    """``view_12`` → 12."""
+    return int(view_id.removeprefix("view_"))
