@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import importlib.util
 import os
 import socket
@@ -203,6 +204,7 @@ class WorkerLoop:
             ref_types=dict(rendered.ref_types),
             operations=list(rendered.operations),
             links=links,
+            modal=rendered.modal or bool(getattr(type(view), "modal", False)),
         )
 
     def flush(self, force: bool = False) -> None:
@@ -349,9 +351,15 @@ class WorkerLoop:
                 )
                 return
             target = view.handle
+        before = self.data_mark()
         try:
             result = target(call)
         except Exception as exc:
+            # CONTRACT §6: an error means no effect. A handler that changed the app's data and
+            # then raised leaves that change in this process alone: it is discarded with it.
+            if self.data_mark() != before:
+                self.discard_failure(message.request_id, exc)
+                return
             self.flush()
             self.reply_error(message.request_id, exc)
             return
@@ -372,6 +380,39 @@ class WorkerLoop:
         self.acked_state = _UNKNOWN if inputs is None else inputs
         if inputs is _KEYED:
             self.app.changed_parts().clear()
+
+    def data_mark(self) -> Any:
+        """A value that differs once the app's data has changed (compared around a handler).
+
+        Keyed data: the parts recorded by :meth:`App.changed`; otherwise
+        :meth:`App.state_inputs`, or (an app that does not say) a digest of its serialized data.
+        A hook that fails gives a mark equal to nothing, so the data counts as changed.
+        """
+        try:
+            inputs = self.app.state_inputs()
+            if self.app.keyed():
+                return inputs, frozenset(self.app.changed_parts())
+            if inputs is not None:
+                return inputs
+            frame = codec.encode(AppState(request_id=0, data=self.app.serialize()))
+            return hashlib.blake2b(frame, digest_size=16).digest()
+        except Exception:
+            return object()
+
+    def discard_failure(self, request_id: int, exc: BaseException) -> None:
+        """The handler changed the app's data, then raised: the change must not survive.
+
+        Like :meth:`discard_effect`: nothing is shown or sent, the supervisor restarts the app
+        from its last acknowledged data, and the error reply says the operation took no effect.
+        """
+        self.discarded = True
+        cause = exc.message if isinstance(exc, AotuiError) else f"{type(exc).__name__}: {exc}"
+        message = (
+            f"{cause} (the operation failed after changing the app's data; it took no effect: "
+            f"the app restarts from its last acknowledged state)"
+        )
+        code = ErrorCode.E_APP_ERROR.value
+        self.send(ErrorReply(request_id, code, message, {"outcome": "not applied"}))
 
     def discard_effect(self, request_id: int, exc: AotuiError) -> None:
         """The handler ran but its ack cannot be sent: ask to be restarted, run nothing more.

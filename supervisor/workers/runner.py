@@ -74,6 +74,9 @@ _COPY_LIMIT_BYTES = 64 * 2**20
 _MAX_HTTP_IN_FLIGHT = 8
 #: ``last_exit`` of a worker that died because the zygote did (not the app's fault).
 LAUNCHER_EXITED = "launcher exited"
+#: ``last_exit`` of a worker stopped to discard an operation's effect it could not acknowledge
+#: (the operation failed, or its ack could not be sent): the desktop's doing, not a crash.
+DISCARDED_EFFECT = "unacknowledged effect"
 #: The zygote's own restarts: at once, then backing off to 5 s while it keeps dying.
 _ZYGOTE_POLICY = RestartPolicy(max_restarts=100, period_s=60.0, backoff_s=0.1, backoff_max_s=5.0)
 
@@ -538,8 +541,8 @@ class AppRunner:
 
     async def _ended(self, app: AppRecord, abnormal: bool) -> None:
         """Apply the restart policy to a worker that ended on its own."""
-        if app.last_exit == LAUNCHER_EXITED:
-            decision = RestartDecision(True)  # the zygote died, not the app: not counted
+        if app.last_exit in (LAUNCHER_EXITED, DISCARDED_EFFECT):
+            decision = RestartDecision(True)  # the zygote died, or an effect was undone
         else:
             decision = app.restart_tracker.decide(abnormal)
         mounted = app.views.mounted_keys()
