@@ -807,3 +807,40 @@ def test_a_schema_1_store_loads_unchanged_and_upgrades_on_its_first_write(
         version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         assert version[0] == str(SCHEMA_VERSION)
         assert db.execute("SELECT checksum FROM apps").fetchone()[0] is not None
+
+
+def test_repair_salvages_the_keyed_parts_of_app_data(
+    start_desktop: Start, private_home: Path
+) -> None:
+    """Notes keeps a part per note: after repair every acknowledged note is there."""
+    desktop = start_desktop(["notes"])
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    add = '<context app_id="app_0" view_id="view_0">execute add_note --title {t} --text x</context>'
+    for title in ("first", "second", "third"):  # the first is stored whole, the rest as parts
+        client.execute(add.format(t=title))
+    # kill -9, not a clean shutdown: that would write the whole row again and drop the parts
+    os.kill(desktop.process.pid, signal.SIGKILL)
+    desktop.process.wait(timeout=10)
+    path = store_of(private_home, desktop.name)
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT COUNT(*) FROM app_parts").fetchone()[0] >= 2
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    meta_page = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'meta'").fetchone()[0]
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    with open(path, "r+b") as handle:  # the meta table's page is overwritten with garbage
+        handle.seek((meta_page - 1) * page_size)
+        handle.write(b"\xa5" * page_size)
+    assert "DAMAGED" in cli(private_home, "desktops").stdout
+
+    repaired = cli(private_home, "desktops", "--repair", desktop.name, "--json")
+    assert repaired.returncode == 0, repaired.stderr
+    result = json.loads(repaired.stdout)
+    assert result["salvaged_apps"] == 1
+    assert result["salvaged_parts"] >= 2
+
+    again = start_desktop(["notes"], name=desktop.name)
+    shown = again.client.snapshot()
+    for title in ("first", "second", "third"):
+        assert title in shown, title

@@ -4,8 +4,8 @@
 one a supervisor holds (naming its pid). :func:`repair` acts only on damage: a healthy store is
 never moved, and an I/O failure is refused (repairing cannot help; moving the file could lose
 it). A repaired store keeps the desktop's identity, so the next ``aotui up`` loads it as the
-same desktop with every salvaged app; rows it salvaged but cannot verify stay as they are and
-are quarantined when loaded, never dropped.
+same desktop with every salvaged app and the keyed parts of their data (``app_parts``); rows it
+salvaged but cannot verify stay as they are and are quarantined when loaded, never dropped.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import glob
 import os
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,29 +161,54 @@ def repair(path: Path) -> dict[str, Any]:
         raise StoreHeld(path, None)
     had_file = path.exists()
     damaged = aside(path, identity=False)
-    meta, apps = _salvage(damaged)
-    quarantined = sum(read_row(*row[2:5])[0] is None for row in apps)
-    _write_repaired(path, meta, apps)
+    salvaged = _salvage(damaged)
+    quarantined = sum(read_row(*row[2:5])[0] is None for row in salvaged.apps)
+    _write_repaired(path, salvaged)
+    detail = found["problem"]
+    if salvaged.parts_cut:
+        detail = (
+            f"{detail}; the keyed-data table was damaged: {len(salvaged.parts)} part(s) were "
+            f"read before the damage, later changes of keyed apps may be missing (the damaged "
+            f"file is kept)"
+        )
     return {
         "path": str(path),
         "repaired": True,
         "kept": str(damaged) if had_file else None,
-        "salvaged_apps": len(apps),
+        "salvaged_apps": len(salvaged.apps),
+        "salvaged_parts": len(salvaged.parts),
         "quarantined_apps": quarantined,
-        "detail": found["problem"],
+        "detail": detail,
     }
 
 
-def _salvage(damaged: Path) -> tuple[dict[str, str], list[tuple[Any, ...]]]:
-    """Every meta and app row still readable in the damaged file."""
+@dataclass(frozen=True)
+class Salvaged:
+    """What could still be read from a damaged store."""
+
+    #: ``key → value`` rows of the meta table.
+    meta: dict[str, str]
+    #: ``(app, position, entry, data, checksum)`` rows of the apps table.
+    apps: list[tuple[Any, ...]]
+    #: ``(app, part, data, checksum)`` rows of the keyed-data table (schema 3), each verified
+    #: by its checksum when the app loads, like an app row.
+    parts: list[tuple[Any, ...]]
+    #: Reading the keyed-data table stopped at damage: some parts may be missing.
+    parts_cut: bool = False
+
+
+def _salvage(damaged: Path) -> Salvaged:
+    """Every meta, app and keyed-part row still readable in the damaged file."""
     meta: dict[str, str] = {}
     apps: list[tuple[Any, ...]] = []
+    parts: list[tuple[Any, ...]] = []
     if not damaged.exists() or damaged.stat().st_size == 0:
-        return meta, apps
+        return Salvaged(meta, apps, parts)
     try:
         old = _read_only(damaged)
     except sqlite3.Error:
-        return meta, apps
+        return Salvaged(meta, apps, parts)
+    parts_cut = False
     try:
         try:
             for key, value in old.execute("SELECT key, value FROM meta"):
@@ -199,13 +225,20 @@ def _salvage(damaged: Path) -> tuple[dict[str, str], list[tuple[Any, ...]]]:
                     break
             except sqlite3.Error:
                 break
+        try:
+            for row in old.execute("SELECT app, part, data, checksum FROM app_parts"):
+                parts.append(tuple(row))
+        except sqlite3.Error as exc:
+            # A store from before schema 3 has no such table; anything else is damage in it.
+            parts_cut = "no such table" not in str(exc)
     finally:
         old.close()
-    return meta, apps
+    return Salvaged(meta, apps, parts, parts_cut)
 
 
-def _write_repaired(path: Path, meta: dict[str, str], apps: list[tuple[Any, ...]]) -> None:
+def _write_repaired(path: Path, salvaged: Salvaged) -> None:
     """Write the salvaged rows as the desktop's store, with its identity made whole."""
+    meta, apps = salvaged.meta, salvaged.apps
     identity = read_identity(path) or {}
     numbers = [int(str(r[0])[4:]) for r in apps if str(r[0])[4:].isdigit()]
     whole = {
@@ -228,6 +261,12 @@ def _write_repaired(path: Path, meta: dict[str, str], apps: list[tuple[Any, ...]
             "INSERT OR REPLACE INTO apps (app, position, entry, data, checksum) "
             "VALUES (?, ?, ?, ?, ?)",
             apps,
+        )
+        # Parts override their app row's data when loaded: without them a keyed app would
+        # come back as it was at its last whole write, its later acknowledged changes lost.
+        db.executemany(
+            "INSERT OR REPLACE INTO app_parts (app, part, data, checksum) VALUES (?, ?, ?, ?)",
+            salvaged.parts,
         )
     fresh.close()
     os.replace(building, path)
