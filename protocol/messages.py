@@ -76,6 +76,8 @@ class OperationSpec:
     description: str
     #: Declared arguments ``{name: type}``; a name ending in ``?`` is optional.
     args: dict[str, str]
+    #: Marked ``confirm``: the desktop asks the user before running it (CONTRACT §6).
+    confirm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,8 @@ class ViewFragment:
     operations: list[OperationSpec]
     #: The child views this view links to, in document order.
     links: list[ChildLink]
+    #: Marked ``modal``: a dialog; while mounted, the rest of its app waits (CONTRACT §3).
+    modal: bool = False
 
 
 # --- supervisor → worker ------------------------------------------------------------------------

@@ -186,6 +186,8 @@ def operation_lines(operations: Iterable[OperationSpec]) -> list[str]:
         lines.append(f"- [{link_label(spec.label)}](operation:{spec.op_id})")
         if spec.description:
             lines.append(f"    - Description: {spec.description}")
+        if spec.confirm:
+            lines.append("    - Asks the user first: it runs once they confirm")
         if spec.args:
             lines.append("    - Parameters:")
             lines.extend(f"        - {name}: {kind}" for name, kind in spec.args.items())

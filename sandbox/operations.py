@@ -59,6 +59,8 @@ class _Declared:
     label: str | None
     #: A handler of the first SDK, ``handler(call)``: its view declares the markup by hand.
     legacy: bool
+    #: The desktop asks the user before running it (``@operation(confirm=True)``).
+    confirm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,8 @@ class OperationDef:
     attr: str
     params: tuple[_Param, ...]
     legacy: bool = False
+    #: The desktop asks the user before running it.
+    confirm: bool = False
 
     @property
     def args_json(self) -> str:
@@ -137,24 +141,26 @@ def _typed(param: _Param, value: Any) -> Any:
 def operation(handler: HandlerT, /) -> HandlerT: ...
 @overload
 def operation(
-    op_id: str | None = None, /, *, label: str | None = None
+    op_id: str | None = None, /, *, label: str | None = None, confirm: bool = False
 ) -> Callable[[HandlerT], HandlerT]: ...
 
 
-def operation(target: Any = None, /, *, label: str | None = None) -> Any:
+def operation(target: Any = None, /, *, label: str | None = None, confirm: bool = False) -> Any:
     """Declare a :class:`~aotui.sandbox.sdk.View` method as an operation.
 
     ``@operation`` alone: the id is the method's name, the label its words capitalised
     (``add_note`` → ``Add Note``); ``@operation(label="Add")`` names the label. The first SDK's
     ``@operation("op_id")``, whose handler takes an ``OperationCall`` and whose view writes the
-    markup by hand, still works for existing apps.
+    markup by hand, still works for existing apps. ``confirm=True``: the desktop asks the user
+    before running it (its button carries ``confirm``; a legacy view writes that by hand).
     """
     if callable(target):
         setattr(target, _MARK, _Declared(None, label, legacy=False))
         return target
 
     def mark(handler: HandlerT) -> HandlerT:
-        setattr(handler, _MARK, _Declared(target, label, legacy=target is not None))
+        declared = _Declared(target, label, legacy=target is not None, confirm=confirm)
+        setattr(handler, _MARK, declared)
         return handler
 
     return mark
@@ -191,7 +197,9 @@ def _define(cls: type, op_id: str, attr: str) -> OperationDef:
     doc = (inspect.getdoc(handler) or "").strip().split("\n\n")[0]
     description = " ".join(doc.split()).removesuffix(".")
     if declared.legacy:
-        return OperationDef(op_id, label, description, ArgSchema(), attr, (), legacy=True)
+        return OperationDef(
+            op_id, label, description, ArgSchema(), attr, (), True, declared.confirm
+        )
     where = f"{cls.__name__}.{attr}"
     try:
         hints = typing.get_type_hints(handler)
@@ -209,7 +217,9 @@ def _define(cls: type, op_id: str, attr: str) -> OperationDef:
         schema = parse_arg_schema(spec, operation=op_id)
     except AotuiError as exc:
         raise TypeError(f"{where}: {exc.message}") from None
-    return OperationDef(op_id, label, description, schema, attr, tuple(params))
+    return OperationDef(
+        op_id, label, description, schema, attr, tuple(params), confirm=declared.confirm
+    )
 
 
 def _param(where: str, name: str, hint: Any, optional: bool, default: Any) -> _Param:

@@ -6,7 +6,9 @@
 - ``list="type[]:list_id"`` → ``### [Title](type[]:list_id)`` and one ``[label](type:list_id[i])``
   per child element; each item needs ``key`` and may carry ``data-value`` (JSON).
 - ``entity="type:entity_id"`` → ``[text](type:entity_id)`` in place; may carry ``data-value``.
-- ``operation="op_id"`` (+ ``args``, ``description``) → collected under ``#### Operations``.
+- ``operation="op_id"`` (+ ``args``, ``description``, ``confirm``) → collected under
+  ``#### Operations``; ``confirm`` asks the user before it runs.
+- ``modal`` on the root marks a dialog: while mounted, the rest of its app waits for it.
 - ``view-link="key"`` (+ ``description``) → a bullet ``[label](view:@key)``; the supervisor turns
   ``@key`` into the child view's ``view_N``.
 
@@ -97,6 +99,8 @@ class RenderedView:
     operations: tuple[OperationSpec, ...]
     #: The child views linked, in document order.
     links: tuple[ViewLink, ...]
+    #: The root carries ``modal``: the view is a dialog.
+    modal: bool = False
 
 
 def render_view(html: str | bytes) -> RenderedView:
@@ -167,6 +171,7 @@ class _ViewRenderer(MarkdownRenderer):
             lists=self.lists,
             operations=tuple(self.operations.values()),
             links=tuple(link for link in self.links if link is not None),
+            modal=_flag(root, "modal"),
         )
 
     # --- dispatch ----------------------------------------------------------------------------
@@ -410,5 +415,22 @@ class _ViewRenderer(MarkdownRenderer):
         description = collapse(el.get("description"))
         args = operation_args(el.get("args"), op_id)
         self.operations[op_id] = OperationSpec(
-            op_id, escape_structural(label), escape_structural(description), args
+            op_id,
+            escape_structural(label),
+            escape_structural(description),
+            args,
+            confirm=_flag(el, "confirm"),
         )
+
+
+def _flag(el: Element, name: str) -> bool:
+    """An HTML boolean attribute: present (``confirm``, ``confirm=""``, ``confirm="confirm"``).
+
+    ``name="false"`` is refused rather than read as true, which is what HTML would do.
+    """
+    value = el.get(name)
+    if value is None:
+        return False
+    if value.strip().lower() not in ("", name, "true"):
+        raise fault(f'{name}="{value}": {name} is a flag; write {name} alone, or leave it out')
+    return True

@@ -80,6 +80,8 @@ class View(Generic[AppT]):
     template: ClassVar[str] = ""
     #: ``op_id → method name`` of the operations this class handles.
     handlers: ClassVar[dict[str, str]] = {}
+    #: A dialog (as ``modal`` on the root): while it is mounted, the rest of the app waits.
+    modal: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -172,6 +174,7 @@ class View(Generic[AppT]):
             ("operation", op_id),
             ("description", found.description or None),
             ("args", found.args_json or None),
+            ("confirm", "confirm" if found.confirm else None),
         )
         return Markup(f"<button {attributes(pairs)}>{escape(label or found.label)}</button>")
 

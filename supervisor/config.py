@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.desktop.controls import AppPolicy, parse_policy
 from aotui.supervisor.desktop.snapshot import SnapshotBudget
 from aotui.supervisor.workers.restart import RestartPolicy
 
@@ -97,6 +98,11 @@ class DesktopConfig:
     snapshot_app_views: int = 64
     snapshot_view_depth: int = 16
     snapshot_max_bytes: int = 3 << 20
+    #: Agent commands (execute requests) in flight at once on this desktop; beyond it a new one
+    #: is refused with ``E_RATE_LIMITED`` (seed 004: two).
+    max_in_flight: int = 2
+    #: Per-app operation policies (``[policy."<manifest id>"]``: allow, deny, confirm).
+    policy: tuple[AppPolicy, ...] = ()
 
     def restart_policy(self, manifest_restart: Mapping[str, Any] | None = None) -> RestartPolicy:
         """The restart policy of an app: the config's, overridden by its manifest's."""
@@ -162,6 +168,8 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConf
                 if _check(f"limits.{name}", number, int) <= 0:
                     raise AotuiError(ErrorCode.E_INVALID_CMD, f"limit {name} must be positive")
             values[key] = Limits(**value)
+        elif key == "policy":
+            values[key] = parse_policy(value)
         elif key == "apps":
             _check("apps", value, (list, tuple))
             values[key] = tuple(_check("apps[]", item, str) for item in value)

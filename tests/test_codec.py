@@ -173,6 +173,7 @@ def test_frame_layout() -> None:
         "label": "Send Message",
         "description": "Send to Johnny",
         "args": {"text": "string"},
+        "confirm": False,
     }
 
 

@@ -40,6 +40,12 @@ MAX_FRAGMENT_BYTES = 8 << 20
 #: …views it may have in its tree at once, and view ids the supervisor remembers for it.
 MAX_VIEW_IDS = 4096
 
+#: The first line of an open dialog's view: the app's other views are not shown meanwhile.
+DIALOG_LINE = (
+    "[aotui: this dialog is open: the rest of this app is collapsed and only the operations "
+    "below run until it is dismounted (dismount --view {})]\n\n"
+)
+
 _LINK = re.compile(r"\(view:@([^)\s]+)\)")
 
 
@@ -75,6 +81,7 @@ def _cleaned(fragment: ViewFragment) -> ViewFragment:
                 line(op.label),
                 line(op.description, 300),
                 {line(name, 100): line(kind, 100) for name, kind in op.args.items()},
+                op.confirm is True,
             )
             for op in fragment.operations
         ],
@@ -254,17 +261,36 @@ class ViewTree:
         return sum(1 for key, _depth, _label in self._level_order() if key in self.ids)
 
     def shown(self) -> list[tuple[str, ViewFragment, str]]:
-        """(view_id, fragment, markdown) of mounted, not hidden views, in id order."""
+        """(view_id, fragment, markdown) of mounted, not hidden views, in id order.
+
+        While a dialog is open (:meth:`dialog`) it is the only view shown (hidden or not), under
+        a line saying the rest of the app is collapsed.
+        """
+        dialog = self.dialog()
         shown = [
             (self.ids[key], fragment, self.markdown[key])
             for key, fragment in self.fragments.items()
             if fragment.mounted
-            and key not in self.hidden
+            and (key not in self.hidden or dialog is not None)
             and key in self.ids
             and key in self.markdown
+            and (dialog is None or self.ids[key] == dialog[0])
         ]
+        if dialog is not None:
+            return [(view_id, f, DIALOG_LINE.format(view_id) + m) for view_id, f, m in shown]
         shown.sort(key=lambda item: _number(item[0]))
         return shown
+
+    def dialog(self) -> tuple[str, ViewFragment] | None:
+        """The open dialog (seed 004): the mounted ``modal`` view with the highest view id."""
+        found: tuple[str, ViewFragment] | None = None
+        for key, fragment in self.fragments.items():
+            view_id = self.ids.get(key)
+            if not (fragment.modal and fragment.mounted) or view_id is None:
+                continue
+            if found is None or _number(view_id) > _number(found[0]):
+                found = (view_id, fragment)
+        return found
 
     def key_for(self, view_id: str) -> str:
         """The view key behind ``view_id``; ``E_NOT_FOUND`` naming the known ids otherwise."""
