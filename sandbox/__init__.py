@@ -12,27 +12,17 @@
   (``python -m aotui.sandbox.probe``). See ``docs/sandbox.md``.
 """
 
-# Exports load on first use (PEP 562): `aotui status` and every worker import one submodule, not the
-# whole room, so a command's start-up pays only for what it runs.
+# Exports load on first use (protocol/lazy.py): `aotui status` and every worker import one
+# submodule, not the whole room, so a command's start-up pays only for what it runs.
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aotui.protocol.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from aotui.sandbox.render import RenderedView, ViewLink, render_view
     from aotui.sandbox.sdk import App, OperationCall, Timer, View, operation
-
-_EXPORTS = {
-    "RenderedView": "aotui.sandbox.render",
-    "ViewLink": "aotui.sandbox.render",
-    "render_view": "aotui.sandbox.render",
-    "App": "aotui.sandbox.sdk",
-    "OperationCall": "aotui.sandbox.sdk",
-    "Timer": "aotui.sandbox.sdk",
-    "View": "aotui.sandbox.sdk",
-    "operation": "aotui.sandbox.sdk",
-}
 
 __all__ = [
     "App",
@@ -45,15 +35,10 @@ __all__ = [
     "render_view",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "aotui.sandbox.render": ("RenderedView", "ViewLink", "render_view"),
+        "aotui.sandbox.sdk": ("App", "OperationCall", "Timer", "View", "operation"),
+    },
+)

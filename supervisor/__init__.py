@@ -15,26 +15,18 @@ Arrows point one way: ``interface`` uses the others; nothing outside it imports 
 ``aotui up`` entry that attaches its faces to a supervisor.
 """
 
-# Exports load on first use (PEP 562): `aotui status` and every worker import one submodule, not the
-# whole room, so a command's start-up pays only for what it runs.
+# Exports load on first use (protocol/lazy.py): `aotui status` and every worker import one
+# submodule, not the whole room, so a command's start-up pays only for what it runs.
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aotui.protocol.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from aotui.supervisor.config import DesktopConfig, load_config
     from aotui.supervisor.interface.client import Client, DesktopUnavailable
     from aotui.supervisor.manifest import Manifest, load_manifest
-
-_EXPORTS = {
-    "Client": "aotui.supervisor.interface.client",
-    "DesktopUnavailable": "aotui.supervisor.interface.client",
-    "DesktopConfig": "aotui.supervisor.config",
-    "load_config": "aotui.supervisor.config",
-    "Manifest": "aotui.supervisor.manifest",
-    "load_manifest": "aotui.supervisor.manifest",
-}
 
 __all__ = [
     "Client",
@@ -45,15 +37,11 @@ __all__ = [
     "load_manifest",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "aotui.supervisor.interface.client": ("Client", "DesktopUnavailable"),
+        "aotui.supervisor.config": ("DesktopConfig", "load_config"),
+        "aotui.supervisor.manifest": ("Manifest", "load_manifest"),
+    },
+)

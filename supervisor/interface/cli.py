@@ -6,30 +6,21 @@ Every command takes ``--json`` for machine-readable output.
 
 from __future__ import annotations
 
+# A shell agent pays this module's imports on every `aotui snapshot|exec|status`: at module level
+# only the client, argument parsing and output formatting. A command needing more (asyncio, the
+# store's sqlite3, the MCP SDK, ...) imports it in its own function; tests/test_cli_fast.py checks.
 import argparse
-import asyncio
 import json
-import logging
 import os
-import platform
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
-from aotui.supervisor.config import load_config
 from aotui.supervisor.interface.client import Client, DesktopUnavailable
 from aotui.supervisor.interface.reports import format_desktops, format_doctor, format_status
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
-from aotui.supervisor.store.faults import StoreHeld
-from aotui.supervisor.store.lock import StoreLock, lock_holder
-from aotui.supervisor.store.repair import aside, describe_store, repair, stored_desktops
-from aotui.supervisor.store.store import DesktopStore, identity_path
-from aotui.supervisor.workers.app_logs import log_files
-from aotui.supervisor.workers.launcher import prestart
 
 __all__ = ["main"]
 
@@ -83,6 +74,15 @@ NO_SESSION = (
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Start a desktop (foreground, or detached and wait until it answers)."""
+    import subprocess
+
+    from aotui.supervisor.config import load_config
+    from aotui.supervisor.store.faults import StoreHeld
+    from aotui.supervisor.store.lock import StoreLock, lock_holder
+    from aotui.supervisor.store.repair import aside
+    from aotui.supervisor.store.store import DesktopStore, identity_path
+    from aotui.supervisor.workers.launcher import prestart
+
     # --desktop wins over the config file's ``desktop =``, which wins over "default".
     config = load_config(args.config, desktop=args.desktop)
     paths = DesktopPaths.for_desktop(config.desktop, args.socket)
@@ -144,6 +144,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     paths.create()
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
     prestart(os.open(paths.log, flags, 0o600))
+    import asyncio
+    import logging
+
     from aotui.supervisor.interface.serve import serve_desktop
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -175,6 +178,9 @@ def _check_data_home(desktop: str) -> None:
 
 def cmd_desktops(args: argparse.Namespace) -> int:
     """The stored desktops: created, last used, size, running or not; ``--repair NAME``."""
+    from aotui.supervisor.store.repair import describe_store, repair, stored_desktops
+    from aotui.supervisor.store.store import identity_path
+
     if args.repair and not (
         store_path(args.repair).is_file() or identity_path(store_path(args.repair)).exists()
     ):
@@ -210,6 +216,8 @@ def cmd_desktops(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """An app's captured stdout/stderr (rotated files, oldest first); ``-f`` follows."""
+    from aotui.supervisor.workers.app_logs import log_files
+
     folder = app_log_dir(args.desktop)
     app = args.app
     if not app.startswith("app_"):
@@ -467,6 +475,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Which confinement layers this machine and user can apply (no desktop needed)."""
+    import platform
+    import subprocess
+
     probe = subprocess.run(
         [sys.executable, "-m", "aotui.sandbox.probe"],
         capture_output=True,
@@ -614,8 +625,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Exit status of a command whose reader went away (``aotui status | head -1``), as for SIGPIPE.
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+#: Exit status of a command whose reader went away (``aotui status | head -1``), as for SIGPIPE
+#: (signal 13 on Linux; the signal module is not imported for it).
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 def main(argv: Sequence[str] | None = None) -> int:

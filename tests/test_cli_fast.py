@@ -1,0 +1,151 @@
+"""A shell agent pays the CLI's start-up on every call: the everyday commands import little.
+
+``aotui snapshot``, ``exec`` and ``status`` need the client (pyzmq, msgpack, the codec), argument
+parsing and output formatting; the runtime of ``aotui up`` (asyncio), the store (sqlite3), the
+renderer (jinja2, lxml), the watchdog (psutil) and ``aotui mcp`` (the MCP SDK) are not theirs to
+load. Each check runs the commands in a fresh interpreter and reads its ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import RunningDesktop
+
+Start = Callable[..., RunningDesktop]
+
+#: Modules (and their submodules) the fast path must not import, with who needs them.
+HEAVY = {
+    "asyncio": "the supervisor's event loop (aotui up)",
+    "sqlite3": "the store (aotui up, desktops)",
+    "jinja2": "app views",
+    "lxml": "the renderer",
+    "psutil": "the watchdog and status sampling (the supervisor's side)",
+    "mcp": "aotui mcp",
+    "anyio": "aotui mcp",
+    "pydantic": "aotui mcp",
+    "tomllib": "config files (aotui up)",
+    "aotui.supervisor.store": "the store",
+    "aotui.supervisor.config": "aotui up",
+    "aotui.supervisor.server": "the supervisor process",
+    "aotui.sandbox": "the workers",
+}
+
+# Runs each argv through main() in one interpreter, then writes its sys.modules to argv[2].
+PROBE = """\
+import json, sys
+from aotui.supervisor.interface.cli import main
+codes = [main(argv) for argv in json.loads(sys.argv[1])]
+with open(sys.argv[2], "w") as out:
+    json.dump({"codes": codes, "modules": sorted(sys.modules)}, out)
+"""
+
+
+def run_cli(commands: list[list[str]], tmp_path: Path) -> tuple[list[int], list[str]]:
+    """Exit codes of ``commands`` run in one fresh interpreter, and the modules it imported."""
+    report = tmp_path / "modules.json"
+    finished = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(commands), str(report)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=45,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    result = json.loads(report.read_text())
+    return result["codes"], result["modules"]
+
+
+def heavy_in(modules: list[str]) -> dict[str, str]:
+    """The loaded modules of :data:`HEAVY` (or their submodules), with why they are heavy."""
+    return {
+        name: why
+        for name, why in HEAVY.items()
+        if any(module == name or module.startswith(name + ".") for module in modules)
+    }
+
+
+def test_fast_commands_on_a_live_desktop_import_nothing_heavy(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    desktop = start_desktop(["echo"])
+    where = ["--desktop", desktop.name, "--socket", str(desktop.runtime)]
+    codes, modules = run_cli(
+        [
+            ["status", *where],
+            ["status", "--json", *where],
+            ["snapshot", "--plain", *where],
+            ["exec", "<context>open --application app_0</context>", *where],
+        ],
+        tmp_path,
+    )
+    assert codes == [0, 0, 0, 0]
+    assert heavy_in(modules) == {}
+    assert "zmq" in modules  # the probe ran the real client
+
+
+def test_fast_commands_without_a_desktop_import_nothing_heavy(tmp_path: Path) -> None:
+    where = ["--socket", str(tmp_path / "run")]
+    codes, modules = run_cli(
+        [
+            ["status", *where],
+            ["snapshot", "--json", *where],
+            ["exec", "<context>open --application app_0</context>", *where],
+        ],
+        tmp_path,
+    )
+    assert codes == [69, 69, 69]
+    assert heavy_in(modules) == {}
+
+
+def test_the_check_sees_a_heavy_command(tmp_path: Path) -> None:
+    # `aotui desktops` reads the stores: the probe must see sqlite3 come in.
+    codes, modules = run_cli([["desktops", "--socket", str(tmp_path / "run")]], tmp_path)
+    assert codes == [0]
+    assert "sqlite3" in heavy_in(modules)
+
+
+LAZY_PROBE = """\
+import json, sys
+import aotui.protocol, aotui.sandbox, aotui.supervisor
+before = sorted(m for m in sys.modules if m.startswith("aotui."))
+encode = aotui.protocol.encode
+after = sorted(m for m in sys.modules if m.startswith("aotui."))
+try:
+    aotui.sandbox.no_such_name
+except AttributeError as exc:
+    missing = str(exc)
+print(json.dumps({
+    "before": before,
+    "after": after,
+    "cached": vars(aotui.protocol).get("encode") is encode,
+    "dir": dir(aotui.sandbox) == sorted(aotui.sandbox.__all__),
+    "missing": missing,
+}))
+"""
+
+
+def test_package_exports_load_on_first_use() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=45,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    seen = json.loads(finished.stdout)
+    # Importing the three rooms imports none of their submodules but the helper itself.
+    rooms = ["aotui.protocol", "aotui.protocol.lazy", "aotui.sandbox", "aotui.supervisor"]
+    assert seen["before"] == rooms
+    assert "aotui.protocol.codec" in seen["after"]
+    assert "aotui.protocol.grammar" not in seen["after"]
+    assert seen["cached"]
+    assert seen["dir"]
+    assert seen["missing"] == "module 'aotui.sandbox' has no attribute 'no_such_name'"
