@@ -426,3 +426,23 @@ def test_main_unreadable_history_exits_with_its_error_code(
     code, _, err = run_main(capsys, str(bad))
     assert code == 64
     assert "\x1b" not in err
+
+
+def test_an_injected_failure_between_the_states_is_still_judged(tmp_path: Path) -> None:
+    # The fault that caused the error is what the rule is about: it must not excuse a change.
+    run = error_run("d2", lambda r: r.fault("f1", "fail", detail={"code": "E_TIMEOUT"}))
+    assert verdict(run, tmp_path, CheckName.ERROR_MEANS_NO_EFFECT).status is Status.FAIL
+    run = error_run("d1", lambda r: r.fault("f1", "kill_worker"))
+    assert verdict(run, tmp_path, CheckName.ERROR_MEANS_NO_EFFECT).status is Status.PASS
+
+
+def test_a_ref_read_from_a_lie_is_the_lie_checks_business(tmp_path: Path) -> None:
+    def run(resolved: str) -> Recorder:
+        r = Recorder().fault("f1", "lie", detail={"true": "Taxes", "shown": "Texas"})
+        r.command("c1", refs={"note": {"ref": "notes[1]", "read": "Texas"}})
+        return r.reply("c1", resolved={"note": resolved}).end()
+
+    assert verdict(run("Taxes"), tmp_path, CheckName.REFS_RESOLVED_AS_READ).status is Status.PASS
+    assert verdict(run("Taxes"), tmp_path, CheckName.NOT_ACTED_ON_LIES).status is Status.NOTE
+    # Resolving to a third value is drift, lie or not.
+    assert verdict(run("Other"), tmp_path, CheckName.REFS_RESOLVED_AS_READ).status is Status.FAIL

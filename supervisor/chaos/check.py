@@ -328,14 +328,27 @@ def check_no_acknowledged_effect_lost(run: _Run) -> Verdict:
     return found.verdict(CheckName.NO_ACKNOWLEDGED_EFFECT_LOST, summary, status)
 
 
+#: Faults that change what an app shows by design: a drift edits its list, a lie its rendering.
+STATE_CHANGING_FAULTS = frozenset({FaultType.DRIFT, FaultType.LIE})
+
+
+def _changes_state(event: Event, app: str) -> bool:
+    """Whether ``event`` is a drift or lie on ``app``: a legitimate change of its digest."""
+    return (
+        isinstance(event, FaultEvent)
+        and event.type in STATE_CHANGING_FAULTS
+        and event.target.app in (None, app)
+    )
+
+
 def _touched(run: _Run, app: str, start: float, end: float) -> bool:
-    """Whether a command or fault may have changed ``app`` strictly between two times."""
+    """Whether a command or a drift or lie may have changed ``app`` strictly between two times."""
     for event in run.events:
         if not start < event.t < end:
             continue
         if isinstance(event, CommandEvent) and event.app in (None, app):
             return True
-        if isinstance(event, FaultEvent) and event.target.app in (None, app):
+        if _changes_state(event, app):
             return True
     return False
 
@@ -378,7 +391,7 @@ def _other_change(run: _Run, app: str, reply: ReplyEvent, start: float, end: flo
             and run.app_of(event) in (None, app)
         ):
             return True
-        if isinstance(event, FaultEvent) and event.target.app in (None, app):
+        if _changes_state(event, app):
             return True
     return False
 
@@ -387,6 +400,7 @@ def check_refs_resolved_as_read(run: _Run) -> Verdict:
     """For every ok reply, each ref resolved to the value the agent read for it (drift)."""
     found = _Findings()
     judged = 0
+    lies = [f for f in run.injects.values() if f.type is FaultType.LIE]
     for reply in run.of(ReplyEvent):
         command = run.commands.get(reply.id)
         if not reply.ok or command is None:
@@ -395,6 +409,14 @@ def check_refs_resolved_as_read(run: _Run) -> Verdict:
             if arg not in reply.resolved:
                 continue
             judged += 1
+            # The agent read a lie and the ref found the true item: the lie check's business.
+            if any(
+                lie.t <= command.t
+                and _same(ref.read, lie.detail.get("shown"))
+                and _same(reply.resolved[arg], lie.detail.get("true"))
+                for lie in lies
+            ):
+                continue
             if not _same(reply.resolved[arg], ref.read):
                 found.add(
                     reply,
