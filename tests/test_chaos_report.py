@@ -74,6 +74,10 @@ def test_timeline_is_svg_with_one_mark_per_fault_command_and_recovery(tmp_path: 
     right = float(faults["f3"].get("x", "")) + float(faults["f3"].get("width", ""))
     assert right == pytest.approx(960 - 20, abs=0.5)
     assert "not cleared" in str(faults["f3"].findtext(f"{SVG}title"))
+    # SVG's presentation attributes are hyphenated (text-anchor, not text_anchor).
+    names = {name for e in root.iter() for name in e.attrib}
+    assert {"text-anchor", "font-size", "stroke-width", "fill-opacity"} <= names
+    assert not [name for name in names if "_" in name]
     # A time axis: ticks from 0 to the run's end.
     labels = [t.text for t in root.iter(f"{SVG}text")]
     assert "0" in labels

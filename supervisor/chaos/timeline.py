@@ -56,7 +56,7 @@ FAULT_ROW = 14
 LANE_GAP = 14
 TICK_LANE = 34
 MEMORY_LANE = 90
-AXIS = 40
+AXIS = 54
 
 # Characters XML 1.0 cannot hold, even escaped.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -79,8 +79,9 @@ def _clean(text: str) -> str:
 
 
 def _el(parent: ET.Element, tag: str, text: str | None = None, /, **attrs: object) -> ET.Element:
-    """A child element; ``class_`` becomes ``class``; every string is made XML-safe."""
-    element = ET.SubElement(parent, tag, {k.rstrip("_"): _clean(str(v)) for k, v in attrs.items()})
+    """A child element; ``class_`` becomes ``class``, ``font_size`` ``font-size``; XML-safe."""
+    names = {k: k.rstrip("_").replace("_", "-") for k in attrs}
+    element = ET.SubElement(parent, tag, {names[k]: _clean(str(v)) for k, v in attrs.items()})
     if text is not None:
         element.text = _clean(text)
     return element
@@ -188,6 +189,16 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
             fill=FAULT_COLOURS[fault.type],
             fill_opacity=0.8,
         )
+        if (stop - start) * scale >= 24:  # room for its id
+            _el(
+                group,
+                "text",
+                fault.fault,
+                x=x(start) + 3,
+                y=faults.top + row * FAULT_ROW + 10,
+                fill="white",
+                font_size=9,
+            )
 
     replies: dict[str, ReplyEvent] = {}
     for event in events:
