@@ -105,6 +105,8 @@ class WorkerHandle:
         self.http_slots = asyncio.Semaphore(http_threads)
         #: Monotonic time of the last heartbeat answer.
         self.last_pong = time.monotonic()
+        #: Monotonic time it started serving (its first views arrived); ``None`` before.
+        self.serving_since: float | None = None
         #: Confinement layers the worker reported in its ``Hello``.
         self.layers: list[str] = []
         loop = asyncio.get_running_loop()

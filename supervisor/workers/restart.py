@@ -5,9 +5,12 @@
 - ``temporary``: never restarted; a crash leaves it ``not running``.
 
 Restart intensity: at most ``max_restarts`` restarts within ``period_s`` seconds; one more crash in
-that window and the app is ``failed`` until the agent opens it again. Restarts inside the window
-back off exponentially (``backoff_s`` doubling up to ``backoff_max_s``), so a crash loop costs
-little. Time is injected, so the rules are tested without sleeping.
+that window and the app is ``failed`` until the agent opens it again. A crash loop backs off
+exponentially (``backoff_s`` doubling up to ``backoff_max_s``), so it costs little: the back-off
+grows with each crash inside the window that came soon after its restart (the worker served less
+than :data:`STABLE_S`). A worker that served longer was a restart that took: its crash is restarted
+at once, so an app killed now and then under load is not made to wait for crashes long past.
+Time is injected, so the rules are tested without sleeping.
 
 A policy comes from an untrusted manifest, so its numbers are clamped to :data:`BOUNDS`: at most
 100 restarts per period, a period of at least 1 s, a first back-off of at least 0.1 s and a
@@ -28,7 +31,17 @@ from typing import Any
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.server.registry import Clock
 
-__all__ = ["BOUNDS", "RestartDecision", "RestartMode", "RestartPolicy", "RestartTracker"]
+__all__ = [
+    "BOUNDS",
+    "STABLE_S",
+    "RestartDecision",
+    "RestartMode",
+    "RestartPolicy",
+    "RestartTracker",
+]
+
+#: A worker that served this long before it ended is not part of a crash loop.
+STABLE_S = 1.0
 
 #: (lowest, highest) value of each number of a restart policy; a value outside is clamped.
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -122,9 +135,14 @@ class RestartTracker:
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     clock: Clock = time.monotonic
     restarts: deque[float] = field(default_factory=lambda: deque(maxlen=256))
+    #: Crashes in a row that each came less than :data:`STABLE_S` after their start.
+    quick_crashes: int = 0
 
-    def decide(self, abnormal: bool) -> RestartDecision:
-        """The decision for an exit that just happened (``abnormal``: crash, signal, limit)."""
+    def decide(self, abnormal: bool, served_s: float = 0.0) -> RestartDecision:
+        """The decision for an exit that just happened (``abnormal``: crash, signal, limit).
+
+        ``served_s``: how long the worker served before it ended (0 when unknown: a crash loop).
+        """
         mode = self.policy.mode
         if mode is RestartMode.TEMPORARY:
             return RestartDecision(False, reason="temporary apps are not restarted")
@@ -140,14 +158,18 @@ class RestartTracker:
                 reason=f"more than {self.policy.max_restarts} restarts in "
                 f"{self.policy.period_s:g} s",
             )
+        if served_s >= STABLE_S:
+            self.quick_crashes = 0
+        # Only quick crashes inside the window back off, and only after the first restart.
+        looping = min(self.quick_crashes, len(self.restarts))
         delay = 0.0
-        if self.restarts and self.policy.backoff_s > 0:
-            delay = min(
-                self.policy.backoff_max_s, self.policy.backoff_s * 2 ** (len(self.restarts) - 1)
-            )
+        if looping and self.policy.backoff_s > 0:
+            delay = min(self.policy.backoff_max_s, self.policy.backoff_s * 2 ** (looping - 1))
+        self.quick_crashes += 1
         self.restarts.append(now)
         return RestartDecision(True, delay_s=delay)
 
     def reset(self) -> None:
         """Forget the history (the agent opened a failed app again)."""
         self.restarts.clear()
+        self.quick_crashes = 0

@@ -326,7 +326,7 @@ class AppRunner:
         finally:
             if listener is not None:
                 listener.close()  # the worker holds its own copy
-        handle.last_pong = time.monotonic()
+        handle.last_pong = handle.serving_since = time.monotonic()
         app.transition(AppStatus.RUNNING)
         if restarting:
             self.on_change("app_restarted")
@@ -537,14 +537,16 @@ class AppRunner:
         if app.is_live:
             app.transition(AppStatus.RESTARTING)
         abnormal = bool(app.kill_reason or exited.reason) or exited.exit_code != 0
-        asyncio.get_running_loop().create_task(self._ended(app, abnormal))
+        since = worker.serving_since if worker is not None else None
+        served_s = time.monotonic() - since if since is not None else 0.0
+        asyncio.get_running_loop().create_task(self._ended(app, abnormal, served_s))
 
-    async def _ended(self, app: AppRecord, abnormal: bool) -> None:
-        """Apply the restart policy to a worker that ended on its own."""
+    async def _ended(self, app: AppRecord, abnormal: bool, served_s: float = 0.0) -> None:
+        """Apply the restart policy to a worker that ended on its own (after ``served_s``)."""
         if app.last_exit in (LAUNCHER_EXITED, DISCARDED_EFFECT):
             decision = RestartDecision(True)  # the zygote died, or an effect was undone
         else:
-            decision = app.restart_tracker.decide(abnormal)
+            decision = app.restart_tracker.decide(abnormal, served_s)
         mounted = app.views.mounted_keys()
         await self._discard(app)
         if app.status in (AppStatus.STOPPING, AppStatus.NOT_RUNNING):
