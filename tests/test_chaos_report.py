@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,34 @@ def test_main_errors_are_typed(tmp_path: Path, capsys: pytest.CaptureFixture[str
     error = json.loads(out)["error"]
     assert error["code"] == "E_IO"
     assert "choose another --out" in error["message"]
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def documented_report_command() -> list[str]:
+    """The ``aotui chaos report`` line of docs/chaos.md, as arguments."""
+    text = (REPO / "docs" / "chaos.md").read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.startswith("aotui chaos report docs/")]
+    assert len(lines) == 1, "docs/chaos.md shows how its picture is made, once"
+    words = shlex.split(lines[0])
+    assert words[:3] == ["aotui", "chaos", "report"]
+    return words[3:]
+
+
+def test_the_docs_picture_is_what_the_documented_command_draws(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = documented_report_command()
+    out_at = args.index("--out") + 1
+    committed = REPO / args[out_at]
+    args[0] = str(REPO / args[0])
+    args[out_at] = str(tmp_path / "timeline.svg")
+    code, out, _ = run_main(capsys, *args)
+    assert code == 0
+    assert "verdict           all checks hold" in out  # as docs/chaos.md says
+    drawn = (tmp_path / "timeline.svg").read_text(encoding="utf-8")
+    assert drawn == committed.read_text(encoding="utf-8"), (
+        f"{committed.relative_to(REPO)} is stale: run `{' '.join(documented_report_command())}`"
+        " from the repository root"
+    )
