@@ -34,7 +34,7 @@ from aotui.supervisor.desktop.snapshot import RefTable, Snapshot, build_snapshot
 from aotui.supervisor.desktop.system_log import SystemLog
 from aotui.supervisor.manifest import Manifest, load_manifest, name_key
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
-from aotui.supervisor.server.registry import SnapshotRegistry
+from aotui.supervisor.server.registry import RefTableSharing, SnapshotRegistry
 from aotui.supervisor.store.faults import StoreIOError
 from aotui.supervisor.store.lock import StoreLock
 from aotui.supervisor.store.state import AppEntry, DesktopState
@@ -79,6 +79,7 @@ class Desktop:
             config.snapshot_ttl_s,
             config.snapshot_max_entries,
             reserve=self._reserve_ids if config.durability != "off" else None,
+            compact=RefTableSharing(),
         )
         self._dirty: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None

@@ -11,6 +11,11 @@ one.
 Ids never repeat, also across restarts: with a ``reserve`` function (the store's durable
 reservation) ids are handed out only from blocks reserved before use, and a new block is
 reserved when one runs out.
+
+Memory follows the desktop's content, not its history (:class:`RefTableSharing`): an entry keeps
+of each view only what resolves refs and describes operations (never its Markdown), and what did
+not change between pulls — a whole view, its ref dicts, one item's value — is one object shared
+by every entry that saw it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import ViewFragment
 
-__all__ = ["Clock", "SnapshotRegistry"]
+__all__ = ["Clock", "RefTableSharing", "SnapshotRegistry"]
 
 Clock = Callable[[], float]
 RefTable = TypeVar("RefTable")
@@ -39,6 +45,86 @@ class _Entry(Generic[RefTable]):
     pins: int = 0
 
 
+#: (app id, view id) → the fragment the agent saw (``desktop.snapshot.RefTable``).
+ViewRefs = dict[tuple[str, str], ViewFragment]
+
+
+class RefTableSharing:
+    """Makes each pull's ref table compact, sharing with earlier pulls what did not change.
+
+    Called once per pull (:meth:`SnapshotRegistry.add`). A view whose fragment is the object it
+    was at the previous pull costs nothing new; a changed one keeps its ref dicts (and each
+    unchanged item's value) from the previous version when they are equal, so 256 pulls of a
+    list that gains one item hold that list about once.
+    """
+
+    def __init__(self) -> None:
+        #: Per view: the fragment last seen and the compact copy made of it.
+        self._latest: dict[tuple[str, str], tuple[ViewFragment, ViewFragment]] = {}
+        self._last_table: ViewRefs = {}
+
+    def __call__(self, table: ViewRefs) -> ViewRefs:
+        compact: ViewRefs = {}
+        for where, fragment in table.items():
+            known = self._latest.get(where)
+            if known is not None and known[0] is fragment:
+                compact[where] = known[1]
+                continue
+            slim = _slim(fragment, None if known is None else known[1])
+            self._latest[where] = (fragment, slim)
+            compact[where] = slim
+        if len(self._latest) > 4 * len(table) + 64:  # forget views long gone
+            self._latest = {where: self._latest[where] for where in table}
+        last = self._last_table
+        if len(last) == len(compact) and all(last.get(k) is v for k, v in compact.items()):
+            return last  # an unchanged desktop: every entry shares one table
+        self._last_table = compact
+        return compact
+
+
+def _slim(fragment: ViewFragment, previous: ViewFragment | None) -> ViewFragment:
+    """``fragment`` without its Markdown and links, reusing ``previous``'s equal parts."""
+    if previous is None:
+        return ViewFragment(
+            fragment.key,
+            fragment.name,
+            fragment.parent,
+            fragment.mounted,
+            "",
+            fragment.refs,
+            fragment.keys,
+            fragment.ref_types,
+            fragment.operations,
+            [],
+        )
+    return ViewFragment(
+        fragment.key,
+        fragment.name,
+        fragment.parent,
+        fragment.mounted,
+        "",
+        _shared(fragment.refs, previous.refs),
+        _shared(fragment.keys, previous.keys),
+        _shared(fragment.ref_types, previous.ref_types),
+        previous.operations if previous.operations == fragment.operations else fragment.operations,
+        [],
+    )
+
+
+def _shared(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """``new``, or ``old`` when equal; else ``new`` with the values ``old`` has equal shared."""
+    if new == old:
+        return old
+    result = {}
+    for key, value in new.items():
+        before = old.get(key, _MISSING)
+        result[key] = before if before is not _MISSING and before == value else value
+    return result
+
+
+_MISSING: Any = object()
+
+
 class SnapshotRegistry(Generic[RefTable]):
     """Snapshot id → ref table, with refcounts, a hard TTL and a size bound."""
 
@@ -50,6 +136,7 @@ class SnapshotRegistry(Generic[RefTable]):
         first_id: int = 1,
         reserve: Callable[[int], int] | None = None,
         block: int = 100_000,
+        compact: Callable[[RefTable], RefTable] | None = None,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
@@ -62,6 +149,8 @@ class SnapshotRegistry(Generic[RefTable]):
         #: The last id of the reserved block (``None``: no reservation needed).
         self._end: int | None = first_id - 1 if reserve is not None else None
         self.latest: str | None = None
+        #: Applied to each table before it is kept (a :class:`RefTableSharing`, for the desktop).
+        self._compact = compact
 
     def __len__(self) -> int:
         self.expire()
@@ -83,6 +172,8 @@ class SnapshotRegistry(Generic[RefTable]):
         """Record a new snapshot's ref table; returns its id (``T17``) with one reference."""
         self.expire()
         snapshot_id = self._new_id()
+        if self._compact is not None:
+            table = self._compact(table)
         self._entries[snapshot_id] = _Entry(table, self.clock(), 1)
         self.latest = snapshot_id
         while len(self._entries) > self.max_entries:
