@@ -66,6 +66,7 @@ _Convert = Callable[[Any, int], Any]
 _Node = tuple[_Convert, bool]
 
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_MESSAGE_CLASSES = frozenset(MESSAGE_TYPES.values())
 _STR = frozenset({str})
 
 
@@ -209,17 +210,19 @@ class Codec:
         for limit in ("max_frame_bytes", "max_depth", "max_items", "max_str_bytes"):
             if type(getattr(self, limit)) is not int or getattr(self, limit) < 2:
                 raise AotuiError(ErrorCode.E_INTERNAL, f"Codec.{limit} must be an int ≥ 2")
-        # Built eagerly, so an annotation the codec cannot carry fails at import, not mid-frame.
-        for kind, cls in MESSAGE_TYPES.items():
-            self._decoders[kind] = self._record(cls, decoding=True)
-            self._encoders[cls] = self._record(cls, decoding=False)
+        # Converters are built on a kind's first frame: `aotui status` sends one kind and reads
+        # two, and building all of them took 3 ms of its start-up. tests/test_codec_kinds.py
+        # builds every kind, so an annotation the codec cannot carry fails there, not mid-frame.
 
     def encode(self, message: Message) -> bytes:
         """The frame for ``message``; ``E_INTERNAL`` if it holds what the wire cannot carry."""
         with _ENCODING:
             encode_fields = self._encoders.get(type(message))
             if encode_fields is None:
-                raise _Refused("unknown_kind", f"{type(message).__name__} is not a message")
+                if type(message) not in _MESSAGE_CLASSES:
+                    raise _Refused("unknown_kind", f"{type(message).__name__} is not a message")
+                encode_fields = self._record(type(message), decoding=False)
+                self._encoders[type(message)] = encode_fields
             try:
                 fields = encode_fields(message, 2)
             except _Refused as refused:
@@ -268,7 +271,10 @@ class Codec:
                 raise _Refused("version_mismatch", detail)
             decode_fields = self._decoders.get(kind) if type(kind) is str else None
             if decode_fields is None:
-                raise _Refused("unknown_kind", f"unknown message kind {kind!r:.40}")
+                if type(kind) is not str or kind not in MESSAGE_TYPES:
+                    raise _Refused("unknown_kind", f"unknown message kind {kind!r:.40}")
+                decode_fields = self._record(MESSAGE_TYPES[kind], decoding=True)
+                self._decoders[kind] = decode_fields
             try:
                 message: Message = decode_fields(fields, 2)
             except _Refused as refused:
