@@ -25,7 +25,7 @@ import zmq
 
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.protocol.messages import ErrorReply, Request
+from aotui.protocol.messages import ErrorReply, Reply, Request
 from aotui.supervisor.interface.client import Client
 from aotui.supervisor.paths import unix_address
 from aotui.supervisor.server.stall import LoopClock
@@ -303,7 +303,8 @@ def in_threads(calls: list[Callable[[], Any]], stagger_s: float = 0.1) -> list[A
 def test_commands_queued_behind_a_dying_operation_wait_for_the_restart(
     start_desktop: Start,
 ) -> None:
-    desktop = start_desktop(["faulty"], operation_timeout_ms=4000)
+    # Four commands in flight at once: over the default limit of two (seed 004).
+    desktop = start_desktop(["faulty"], operation_timeout_ms=4000, max_in_flight=4)
     desktop.client.execute("<context>open --application app_0</context>")
     view = view_of(desktop.client.snapshot(), "app_0", "Faulty")
     clients = [desktop.new_client(timeout_s=20) for _ in range(4)]
@@ -326,7 +327,7 @@ def test_commands_queued_behind_a_dying_operation_wait_for_the_restart(
 
 
 def test_queued_commands_are_held_to_their_deadline(start_desktop: Start) -> None:
-    desktop = start_desktop(["slow"], operation_timeout_ms=1000)
+    desktop = start_desktop(["slow"], operation_timeout_ms=1000, max_in_flight=4)
     desktop.client.execute("<context>open --application app_0</context>")
     view = view_of(desktop.client.snapshot(), "app_0", "Slow")
     clients = [desktop.new_client(timeout_s=20) for _ in range(4)]
@@ -595,3 +596,30 @@ def test_a_multipart_request_is_answered_not_ignored(start_desktop: Start) -> No
     finally:
         raw.close(linger=0)
         context.term()
+
+
+def test_an_oversized_request_is_answered_naming_the_limit(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"])
+    context = zmq.Context()
+    raw = context.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(desktop.client.paths.control)
+    try:
+        big = codec.encode(Request(1, "ping", {})) + b"\0" * (17 << 20)  # 17 MiB
+        raw.send(big)
+        del big
+        assert raw.poll(10_000), "no reply to a 17 MiB frame"
+        reply = codec.decode(raw.recv())
+        assert isinstance(reply, ErrorReply)
+        assert reply.code == ErrorCode.E_INVALID_CMD.value
+        assert "at most 4 MiB" in reply.message
+        # the connection still serves what fits
+        raw.send(codec.encode(Request(2, "ping", {})))
+        assert raw.poll(5000)
+        pong = codec.decode(raw.recv())
+        assert isinstance(pong, Reply)
+        assert pong.request_id == 2
+    finally:
+        raw.close(linger=0)
+        context.term()
+    assert desktop.process.poll() is None

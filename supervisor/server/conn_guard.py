@@ -10,6 +10,11 @@ worker, down. Three measures keep descriptors for the workers and the store:
   :func:`connection_bound` at once (the peer reads EOF), logging the flood once per minute;
 - ``ZMQ_HANDSHAKE_IVL`` (:data:`HANDSHAKE_S`) drops connections that never finish the handshake.
 
+Frames are bounded too, before ZeroMQ allocates them (``ZMQ_MAXMSGSIZE``): up to
+:data:`ANSWERED_FRAME_BYTES`, so a request over the 4 MiB frame limit is received and answered
+``E_INVALID_CMD`` naming the limit; ZeroMQ drops only a frame past that ceiling, with its
+connection.
+
 A connection refused here is shut down, never closed: the descriptor stays libzmq's, which sees
 the end of the stream and closes it itself.
 """
@@ -27,7 +32,16 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
-__all__ = ["HANDSHAKE_S", "ConnectionGuard", "connection_bound", "raise_descriptor_limit"]
+from aotui.protocol import codec
+
+__all__ = [
+    "ANSWERED_FRAME_BYTES",
+    "HANDSHAKE_S",
+    "ConnectionGuard",
+    "connection_bound",
+    "oversized",
+    "raise_descriptor_limit",
+]
 
 #: Descriptors kept for everything but client connections: workers, the store, logs, ZeroMQ.
 DESCRIPTOR_RESERVE = 512
@@ -37,6 +51,22 @@ MAX_CONNECTIONS = 1024
 HANDSHAKE_S = 5.0
 #: At most one System Logs line about refused connections this often.
 REPORT_EVERY_S = 10.0
+#: The largest frame the control socket receives (``ZMQ_MAXMSGSIZE``): requests past the 4 MiB
+#: frame limit and up to this are answered with the limit; past it ZeroMQ drops the connection
+#: before allocating, which is what bounds a forged 128 MB frame.
+ANSWERED_FRAME_BYTES = 32 << 20
+
+
+def oversized(size: int) -> str | None:
+    """Why a request frame of ``size`` bytes is refused (``None``: within the limit)."""
+    if size <= codec.MAX_FRAME_BYTES:
+        return None
+    return (
+        f"this request is {size / 2**20:.1f} MiB; a request frame is at most "
+        f"{codec.MAX_FRAME_BYTES >> 20} MiB (MAX_FRAME_BYTES; frames past "
+        f"{ANSWERED_FRAME_BYTES >> 20} MiB are dropped unanswered): send less per request, "
+        f"e.g. split the commands or the data"
+    )
 
 
 def raise_descriptor_limit() -> int:

@@ -39,9 +39,11 @@ from aotui.supervisor.desktop.snapshot import RefTable
 from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
 from aotui.supervisor.server.client_queues import IN_FLIGHT, QUEUED, ClientQueues
 from aotui.supervisor.server.conn_guard import (
+    ANSWERED_FRAME_BYTES,
     HANDSHAKE_S,
     ConnectionGuard,
     connection_bound,
+    oversized,
     raise_descriptor_limit,
 )
 from aotui.supervisor.server.lease import InputLease
@@ -126,7 +128,7 @@ class Supervisor:
         self.control.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_S * 1000))
         # Replies a client does not read are dropped past this many, not kept (ROUTER semantics).
         self.control.setsockopt(zmq.SNDHWM, QUEUED)
-        self.control.setsockopt(zmq.MAXMSGSIZE, codec.MAX_FRAME_BYTES)
+        self.control.setsockopt(zmq.MAXMSGSIZE, ANSWERED_FRAME_BYTES)  # answered past 4 MiB
         self.pub = context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         bound: dict[Path, int] = {}
@@ -196,6 +198,10 @@ class Supervisor:
                 )
                 continue
             identity, frame = frames
+            refusal = oversized(len(frame))
+            if refusal is not None:  # answered at once, and never queued
+                await self._reply(identity, ErrorReply(0, ErrorCode.E_INVALID_CMD.value, refusal))
+                continue
             await queues.offer(identity, frame)
 
     async def _refuse(self, identity: bytes, frame: bytes) -> None:
