@@ -84,6 +84,8 @@ class Desktop:
         self._dirty: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
+        #: Told each execute's arguments as resolved (a chaos run's nemesis), or None.
+        self.on_resolved: Callable[[Command, dict[str, Any]], None] | None = None
         self.runner = AppRunner(config, paths, context, lambda: self.apps, self.log, on_change)
         # app_N ids follow install order and are never reused while the desktop lives.
         self.next_app = 0
@@ -593,6 +595,8 @@ class Desktop:
             )
         seen = (refs or {}).get((app.app_id, view_id), fragment)
         coerced = coerce_args(parse_arg_schema(spec.args), command.args, _resolver(seen, view_id))
+        if self.on_resolved is not None:  # a chaos run records what the refs resolved to
+            self.on_resolved(command, coerced.args)
         what = f"execute {command.target}"
         try:
             result = await self.deliver(

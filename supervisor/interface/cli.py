@@ -530,6 +530,16 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 }
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    """Resilience testing: ``aotui chaos run|app|check|report`` (supervisor/chaos/cli.py)."""
+    from aotui.supervisor.chaos.cli import main as chaos_main
+
+    return chaos_main(args)
+
+
+COMMANDS["chaos"] = (cmd_chaos, "resilience testing: chaos run|app|check|report")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with CONTRACT §7's exit code for usage errors (64, not argparse's 2)."""
 
@@ -622,6 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
     parsers["watch"].add_argument(
         "--max-updates", type=int, default=None, help="exit after this many redraws"
     )
+    # The group's own parser is built when it runs (supervisor/chaos/cli.py), not for every command.
+    parsers["chaos"].add_argument("chaos_args", nargs=argparse.REMAINDER, metavar="run|app|...")
     return parser
 
 

@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 import zmq
@@ -49,6 +49,9 @@ from aotui.supervisor.server.conn_guard import (
 from aotui.supervisor.server.lease import InputLease
 from aotui.supervisor.server.sessions import SessionTable, check_session_name
 from aotui.supervisor.server.throttle import SignalThrottle
+
+if TYPE_CHECKING:
+    from aotui.supervisor.chaos.nemesis import Nemesis
 
 __all__ = ["Supervisor"]
 
@@ -87,6 +90,8 @@ class Supervisor:
         self.change_listeners: list[Callable[[str], None]] = []
         #: Served beside the control socket while the desktop runs (added before ``serve``).
         self.services: list[Service] = []
+        #: A chaos run's nemesis (supervisor/chaos/nemesis.py), or None: off, it costs nothing.
+        self.chaos: Nemesis | None = None
         self.methods: dict[str, Method] = {
             "ping": self.ping,
             "snapshot": self.snapshot,
@@ -153,6 +158,10 @@ class Supervisor:
         tasks: list[asyncio.Task[None]] = []
         try:
             await self.desktop.start()
+            if os.environ.get("AOTUI_CHAOS"):  # started by `aotui chaos run`: record and inject
+                from aotui.supervisor.chaos.nemesis import attach
+
+                attach(self)
             self.paths.pidfile.write_text(f"{os.getpid()}\n")
             guard = ConnectionGuard(
                 self.control,
@@ -263,6 +272,8 @@ class Supervisor:
             self.signal_wake.set()
 
     def _publish(self, reason: str, reasons: tuple[str, ...]) -> None:
+        if self.chaos is not None and not self.chaos.on_signal(reason, reasons):
+            return  # dropped by a chaos run's signal_loss fault
         signal_message = Signal(self.config.desktop, time.time(), reason, list(reasons))
         with contextlib.suppress(zmq.ZMQError):
             self.pub.send(codec.encode(signal_message), zmq.NOBLOCK)

@@ -118,6 +118,8 @@ class AppRunner:
         self._http_tasks: set[asyncio.Task[None]] = set()
         # Brokered HTTP has threads of its own: slow servers cannot starve the store's writes.
         self.http_pool = broker_pool()
+        #: Bends an app's brokered fetch (a chaos run's http_fault), or None.
+        self.http_fault: Callable[[AppRecord, Callable[..., Any]], Callable[..., Any]] | None = None
 
     def _log_fd(self) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -481,7 +483,8 @@ class AppRunner:
             request = HttpRequest.from_dict(call.request)
             async with worker.http_slots:  # one app never holds the whole pool
                 loop = asyncio.get_running_loop()
-                response = await loop.run_in_executor(self.http_pool, fetch, request, policy)
+                fetcher = fetch if self.http_fault is None else self.http_fault(app, fetch)
+                response = await loop.run_in_executor(self.http_pool, fetcher, request, policy)
             result = HttpResult(call.call_id, response=response.to_dict())
         except AotuiError as exc:
             if exc.code is ErrorCode.E_PERMISSION:
