@@ -77,7 +77,8 @@ def format_doctor(report: dict[str, Any]) -> str:
 
 def format_status(status: dict[str, Any]) -> str:
     """The status table."""
-    header = ("APP", "ID", "STATE", "PID", "RSS", "CPU%", "RESTARTS", "LAST EXIT")
+    # RSS and CPU% are the app's whole process group, PROCS its size.
+    header = ("APP", "ID", "STATE", "PID", "PROCS", "RSS", "CPU%", "RESTARTS", "LAST EXIT")
     rows = [header]
     for app in status["apps"]:
         rss = app["rss_bytes"]
@@ -87,6 +88,7 @@ def format_status(status: dict[str, Any]) -> str:
                 app["id"],
                 app["state"],
                 str(app["pid"] or "-"),
+                str(app.get("processes") or "-"),
                 f"{rss / 1048576:.1f}M" if rss else "-",
                 f"{app['cpu_percent']:.0f}" if app["cpu_percent"] is not None else "-",
                 str(app["restarts"]),

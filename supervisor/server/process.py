@@ -212,6 +212,7 @@ class Supervisor:
                 await self._reply(identity, ErrorReply(0, ErrorCode.E_INVALID_CMD.value, refusal))
                 continue
             await queues.offer(identity, frame)
+            await queues.pause()
 
     async def _refuse(self, identity: bytes, frame: bytes) -> None:
         """Answer a request whose client already has its queue full: ``E_RATE_LIMITED``."""

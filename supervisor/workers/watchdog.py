@@ -22,7 +22,8 @@ re-parented away from the worker but cannot leave the group (seccomp denies ``se
 no cgroup to fall back on.
 
 Sampling is cheap (a read of ``/proc/<pid>/statm`` per group member per tick); the groups are
-swept once per CPU window, in one pass over ``/proc`` for every worker.
+swept once per CPU window, in one pass over ``/proc`` for every worker. :meth:`Watchdog.usage`
+hands what was measured (processes, summed RSS and CPU) to ``status``, which shows the group.
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ import psutil
 
 from aotui.supervisor.server.registry import Clock
 
-__all__ = ["PRECISE_ABOVE", "Violation", "Watchdog", "WatchedWorker", "process_groups"]
+__all__ = [
+    "PRECISE_ABOVE",
+    "GroupUsage",
+    "Violation",
+    "Watchdog",
+    "WatchedWorker",
+    "process_groups",
+]
 
 #: Past this share of its limit (by RSS), a worker's private memory is measured exactly.
 PRECISE_ABOVE = 0.8
@@ -60,6 +68,19 @@ class WatchedWorker:
     peak_rss: int = 0
     #: How the worker is held to its CPU share (``cgroup quota``, ``idle priority``), or ``""``.
     throttled: str = ""
+    #: The group's summed RSS at the last tick and CPU % over the last window (``status``).
+    rss: int = 0
+    cpu_percent_now: float | None = None
+
+
+@dataclass(frozen=True)
+class GroupUsage:
+    """What an app's whole process group used when the watchdog last measured it."""
+
+    processes: int
+    rss_bytes: int
+    #: Over the last CPU window; ``None`` until the first window is over.
+    cpu_percent: float | None
 
 
 @dataclass(frozen=True)
@@ -133,6 +154,13 @@ class Watchdog:
         worker = self.workers.get(pid)
         return [] if worker is None else [pid, *(child.pid for child in worker.children)]
 
+    def usage(self, pid: int | None) -> GroupUsage | None:
+        """The worker's process group as last measured, or ``None`` (not watched or sampled)."""
+        worker = self.workers.get(pid) if pid is not None else None
+        if worker is None or not worker.rss:
+            return None
+        return GroupUsage(1 + len(worker.children), worker.rss, worker.cpu_percent_now)
+
     def throttled(self, pid: int | None) -> str:
         """How the worker is held to its CPU share, or ``""`` (not throttled or not watched)."""
         worker = self.workers.get(pid) if pid is not None else None
@@ -152,6 +180,7 @@ class Watchdog:
                     raise
                 worker.children.remove(member)
         worker.peak_rss = max(worker.peak_rss, rss)
+        worker.rss = rss
         if rss > PRECISE_ABOVE * worker.memory_bytes:
             used = sum(_uss(member) for member in family)
             if used > worker.memory_bytes:
@@ -168,6 +197,7 @@ class Watchdog:
         cpu_time = times.user + times.system + sum(_cpu(c) for c in worker.children)
         if worker.last_cpu_time is not None:
             percent = 100.0 * (cpu_time - worker.last_cpu_time) / (now - worker.last_cpu_at)
+            worker.cpu_percent_now = percent
             # Throttled to its share by a cgroup quota, a worker cannot go over it: near it is.
             over = percent > worker.cpu_percent * (NEAR_SHARE if worker.throttled else 1.0)
             served = serving(worker.pid)  # asked every window: answers since the last one
