@@ -457,14 +457,19 @@ class Supervisor:
 
     def _app_status(self, app: AppRecord) -> dict[str, Any]:
         pid = app.worker.pid if app.worker is not None else None
-        rss = cpu = None
-        if pid is not None:
+        rss = cpu = processes = None
+        # The whole process group (a double-forked orphan too), as the watchdog last measured it.
+        usage = self.desktop.runner.watchdog.usage(pid)
+        if usage is not None:
+            processes, rss, cpu = usage.processes, usage.rss_bytes, usage.cpu_percent
+        elif pid is not None:
             try:
                 process = self.processes.get(pid) or self.processes.setdefault(
                     pid, psutil.Process(pid)
                 )
                 rss = process.memory_info().rss
                 cpu = process.cpu_percent(None)
+                processes = 1
             except psutil.Error:
                 self.processes.pop(pid, None)
         return {
@@ -474,6 +479,7 @@ class Supervisor:
             "state": app.status.value,
             "system": app.manifest.system,
             "pid": pid,
+            "processes": processes,
             "rss_bytes": rss,
             "cpu_percent": cpu,
             # How a busy worker over its CPU share is held to it (it is not killed), or None.
