@@ -9,14 +9,18 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.chaos.history import (
     CommandEvent,
+    Event,
     EventKind,
     FaultEvent,
     FaultPhase,
     FaultType,
+    History,
     HistoryWriter,
     Interface,
     Outcome,
@@ -28,6 +32,7 @@ from aotui.supervisor.chaos.history import (
     Source,
     event_to_json,
     load_history,
+    parse_event,
     read_history,
 )
 
@@ -297,3 +302,92 @@ def test_deeply_nested_plan_is_a_typed_error(tmp_path: Path) -> None:
     )
     with pytest.raises(AotuiError, match="line 1"):
         load_history(path)
+
+
+# Fuzz: whatever a history holds, reading gives events or a typed error naming the line.
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+#: Objects that look like history lines: a real kind, real-looking field names, any values.
+FIELDS = [
+    "t",
+    "src",
+    "phase",
+    "id",
+    "ok",
+    "outcome",
+    "type",
+    "fault",
+    "target",
+    "refs",
+    "rss",
+    "fds",
+    "procs",
+    "app",
+    "digest",
+    "basis",
+    "what",
+    "seconds",
+    "where",
+    "text",
+    "reasons",
+    "interface",
+    "seed",
+    "desktop",
+    "epoch",
+    "leftover_pids",
+    "duration",
+    "code",
+]
+LINES = st.builds(
+    lambda kind, fields: {**fields, "kind": kind},
+    st.sampled_from([k.value for k in EventKind] + ["nope"]),
+    st.dictionaries(st.sampled_from(FIELDS), JSON, max_size=10),
+)
+
+
+@FUZZ
+@given(raw=LINES | JSON)
+def test_any_decoded_line_gives_a_record_or_a_typed_error(raw: object) -> None:
+    try:
+        event: object = parse_event(raw, 3)
+    except AotuiError as exc:
+        event = exc
+    if isinstance(event, AotuiError):
+        assert event.code is ErrorCode.E_INVALID_CMD
+        assert event.message.startswith("line 3: ")
+    else:
+        assert isinstance(event, Event)
+        assert event.line == 3
+        assert parse_event(event_to_json(event)) == event  # and it writes back as it read
+
+
+@FUZZ
+@given(
+    data=st.binary(max_size=300)
+    | st.lists(LINES, max_size=4).map(
+        lambda lines: "".join(json.dumps(line) + "\n" for line in lines).encode()
+    )
+)
+def test_any_file_gives_events_or_a_typed_error(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "h.jsonl"
+    path.write_bytes(data)
+    try:
+        result: object = load_history(path)
+    except AotuiError as exc:
+        result = exc
+    if isinstance(result, AotuiError):
+        assert result.code is ErrorCode.E_INVALID_CMD
+        assert isinstance(result.data["line"], int)
+        assert f"line {result.data['line']}" in result.message
+    else:
+        assert isinstance(result, History)
+        assert all(e.line >= 1 for e in result.events)
