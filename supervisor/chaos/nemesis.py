@@ -55,6 +55,11 @@ SAMPLE_S = 1.0
 #: How long an armed HTTP fault waits for the app's next brokered request.
 HTTP_ARMED_S = 10.0
 
+#: Seconds a fault aimed at a worker waits for it (it may be restarting after the last fault).
+WORKER_WAIT_S = 5.0
+#: The faults aimed at a worker process.
+_ON_WORKER = frozenset({FaultType.KILL_WORKER, FaultType.FREEZE, FaultType.MEMORY_PRESSURE})
+
 #: The command a task is serving (the desktop's ref resolution reports to it).
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar("chaos_command", default=None)
 
@@ -73,6 +78,8 @@ class ChaosSetup:
     epoch: float
     #: The kill_supervisor fault this supervisor is the ``up`` after, if any.
     recovering: str | None = None
+    #: When that fault killed the last supervisor (wall clock).
+    killed_at: float | None = None
 
     def write(self, path: Path) -> None:
         """Store the setup for a supervisor to read."""
@@ -93,7 +100,7 @@ def attach(supervisor: Supervisor) -> Nemesis | None:
     writer = HistoryWriter(setup.history, setup.epoch, Source.SUPERVISOR)
     nemesis = Nemesis(supervisor, parse_plan(setup.plan), writer)
     if setup.recovering:
-        nemesis.recovered_supervisor(setup.recovering)
+        nemesis.recovered_supervisor(setup.recovering, setup.killed_at or time.time())
     return nemesis
 
 
@@ -160,8 +167,16 @@ class Nemesis:
                 )
             await asyncio.sleep(SAMPLE_S)
 
-    def recovered_supervisor(self, fault_id: str) -> None:
-        """This supervisor is the ``up`` after a kill: record what each app shows now."""
+    def recovered_supervisor(self, fault_id: str, killed_at: float) -> None:
+        """This supervisor is the ``up`` after a kill: it serves; each app shows what it shows."""
+        self._write(
+            EventKind.RECOVERY,
+            fault=fault_id,
+            app=None,
+            what="supervisor",
+            seconds=round(time.time() - killed_at, 4),
+            ok=True,
+        )
         for app in self.desktop.apps:
             if app.status is AppStatus.RUNNING and app.worker is not None:
                 self._state(app, "recovered", fault=fault_id)
@@ -344,6 +359,8 @@ class Nemesis:
         for fid, spec in fired:
             assert app is not None
             kind, detail = spec.type, dict(spec.detail)
+            if kind in _ON_WORKER:
+                await self._serving(app)
             if kind is FaultType.KILL_WORKER and detail["when"] == "before_effect":
                 self._kill(fid, spec, app, command, signal.SIGKILL, detail)
             elif kind is FaultType.FREEZE:
@@ -373,6 +390,16 @@ class Nemesis:
                 for _ in range(detail["count"]):
                     self.supervisor._publish("dom_mutation", ("dom_mutation",))
                 self._visible(fid, "signal", f"{detail['count']} signals in a burst")
+
+    async def _serving(self, app: AppRecord) -> None:
+        """Wait (bounded) for ``app``'s worker: a fault aimed at it needs it running."""
+        deadline = time.monotonic() + WORKER_WAIT_S
+        while time.monotonic() < deadline:
+            pid = app.worker.pid if app.worker is not None else None
+            watched = pid is not None and pid in self.desktop.runner.watchdog.workers
+            if app.status is AppStatus.RUNNING and watched:
+                return
+            await asyncio.sleep(0.01)
 
     def _after(
         self, fired: list[tuple[str, FaultSpec]], command: Command | None, app: AppRecord | None
@@ -423,6 +450,9 @@ class Nemesis:
             if app.worker is worker and self.pending.get(app.app_id, ("",))[0] == fid:
                 # Thawed before anything killed it: it serves again, as it was.
                 del self.pending[app.app_id]
+                self._visible(
+                    fid, "reply", f"{app.app_id} answered nothing for {detail['seconds']:g} s"
+                )
                 self._recovery(fid, app)
 
         asyncio.get_running_loop().call_later(detail["seconds"], thaw)
@@ -548,9 +578,13 @@ class Nemesis:
         self._fault(fid, spec, app, None, {"mode": mode})
 
         def bent(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if mode in ("latency", "timeout"):
+            # The real request runs first, so the app's grants still decide (a refused request
+            # stays E_PERMISSION); the fault bends what comes back.
+            if mode == "latency":
                 time.sleep(detail["ms"] / 1000)
+            response = fetch(request, *args, **kwargs)
             if mode == "timeout":
+                time.sleep(detail["ms"] / 1000)
                 self._visible_threadsafe(fid, f"HTTP {request.method} timed out")
                 raise AotuiError(
                     ErrorCode.E_TIMEOUT,
@@ -559,8 +593,7 @@ class Nemesis:
                 )
             if mode == "5xx":
                 self._visible_threadsafe(fid, "HTTP 503 Service Unavailable")
-                return HttpResponse(503, "Service Unavailable", {}, b"", request.url)
-            response = fetch(request, *args, **kwargs)
+                return HttpResponse(503, "Service Unavailable", {}, b"", response.url)
             if mode == "truncate":
                 cut = response.body[: len(response.body) // 2]
                 self._visible_threadsafe(fid, f"HTTP body cut to {len(cut)} bytes")

@@ -158,9 +158,13 @@ class ChaosRun:
 
     # --- the supervisor -------------------------------------------------------------------------
 
-    def _start_supervisor(self, writer: HistoryWriter, recovering: str | None = None) -> int:
+    def _start_supervisor(
+        self, writer: HistoryWriter, recovering: str | None = None, killed_at: float | None = None
+    ) -> int:
         setup = self.workdir / f"chaos-{len(self.supervisors)}.json"
-        ChaosSetup(self.plan.to_plain(), str(self.history), writer.epoch, recovering).write(setup)
+        ChaosSetup(
+            self.plan.to_plain(), str(self.history), writer.epoch, recovering, killed_at
+        ).write(setup)
         env = {**self.env(), CHAOS_ENV: str(setup)}
         command = [
             sys.executable,
@@ -198,7 +202,7 @@ class ChaosRun:
         raise DesktopUnavailable(f"the chaos desktop did not answer in {START_S:g} s")
 
     def _kill_supervisor(self, writer: HistoryWriter, fid: str, spec: FaultSpec) -> None:
-        """kill -9 the supervisor, then ``up`` again; record the fault and the recovery."""
+        """kill -9 the supervisor, then ``up`` again (the new one records its recovery)."""
         process = self.supervisors[-1]
         self._remember_pids()
         writer.append(
@@ -209,24 +213,29 @@ class ChaosRun:
             target={},
             detail={"pid": process.pid},
         )
-        started = time.monotonic()
+        killed_at = time.time()
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGKILL)
         process.wait()
         try:
-            pid = self._start_supervisor(writer, recovering=fid)
-            ok = True
-        except AotuiError:
-            pid, ok = 0, False
-        seconds = round(time.monotonic() - started, 4)
-        writer.append(
-            EventKind.RECOVERY, fault=fid, app=None, what="supervisor", seconds=seconds, ok=ok
-        )
+            pid = self._start_supervisor(writer, recovering=fid, killed_at=killed_at)
+        except AotuiError as exc:
+            seconds = round(time.time() - killed_at, 4)
+            writer.append(
+                EventKind.RECOVERY,
+                fault=fid,
+                app=None,
+                what="supervisor",
+                seconds=seconds,
+                ok=False,
+            )
+            writer.append(EventKind.VISIBLE, fault=fid, where="status", text=exc.message)
+            raise
         writer.append(
             EventKind.VISIBLE,
             fault=fid,
             where="status",
-            text=f"supervisor pid {process.pid} gone; pid {pid} serves after {seconds} s",
+            text=f"supervisor pid {process.pid} gone; pid {pid} serves",
         )
 
     def _stop_supervisor(self) -> None:

@@ -1,0 +1,318 @@
+"""Each fault kind injected on a real desktop, recorded in the history with its visible evidence.
+
+One chaos run on Notes fires every command-triggered fault once (``every = k`` with ``max = 1``:
+the k-th command fires it), one run on a fetching app fires each brokered HTTP fault, and one run
+kills the supervisor. The history is then judged by the real checker as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aotui.protocol.errors import AotuiError
+from aotui.supervisor.chaos.check import check_history, format_report
+from aotui.supervisor.chaos.history import (
+    FaultEvent,
+    FaultPhase,
+    RecoveryEvent,
+    ReplyEvent,
+    SignalEvent,
+    StateEvent,
+    VisibleEvent,
+    load_history,
+)
+from aotui.supervisor.chaos.plan import parse_plan
+from aotui.supervisor.chaos.run import DESKTOP, ChaosRun
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
+
+APPS = Path(__file__).parent / "apps"
+
+#: The k-th command on Notes fires the fault (the agent's first command, the open, is the 1st).
+NOTES_FAULTS: list[dict[str, Any]] = [
+    {"type": "latency", "ms": 150},
+    {"type": "fail", "code": "E_APP_ERROR"},
+    {"type": "fail", "code": "E_TIMEOUT"},
+    {"type": "kill_worker", "when": "before_effect"},
+    {"type": "kill_worker", "when": "after_effect"},
+    {"type": "freeze", "seconds": 0.5},
+    {"type": "memory_pressure"},
+    {"type": "signal_loss", "seconds": 0.5},
+    {"type": "signal_burst", "count": 5},
+    {"type": "disk_full", "where": "store", "seconds": 0.5},
+    {"type": "drift", "change": "reorder"},
+    {"type": "lie"},
+]
+
+
+def _notes_plan() -> dict[str, Any]:
+    faults = [
+        {**fault, "app": "com.aotui.notes", "every": k, "max": 1}
+        for k, fault in enumerate(NOTES_FAULTS, start=2)
+    ]
+    return {"seed": 1, "fault": faults}
+
+
+def _notes_agent(env: dict[str, str]) -> int:
+    """Open Notes, then add notes (every third command edits the first one by ref)."""
+    with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=20.0) as client:
+        notes = next(a["app"] for a in client.status()["apps"] if a["id"] == "com.aotui.notes")
+        client.call("execute", text=f"<context>open --application {notes}</context>")
+        for step in range(len(NOTES_FAULTS) + 4):
+            time.sleep(0.1)
+            pulled = client.call("snapshot_structured", session="agent")
+            block = next((a for a in pulled["apps"] if a["app"] == notes), None)
+            shown = block is not None and any(
+                block_view.get("refs") for block_view in block["views"]
+            )
+            if step % 3 == 2 and shown:
+                command = {
+                    "app": notes,
+                    "view": "view_0",
+                    "operation": "edit_note",
+                    "args": {"note": "notes[0]", "text": f"edited {step}"},
+                }
+            else:
+                command = {
+                    "app": notes,
+                    "view": "view_0",
+                    "operation": "add_note",
+                    "args": {"title": f"note {step}", "text": f"text {step}"},
+                }
+            with contextlib.suppress(AotuiError):  # an error is an answer: the history has it
+                client.call(
+                    "execute", command=command, session="agent", snapshot_id=pulled["snapshot_id"]
+                )
+        time.sleep(1.0)  # the timed clears (signal loss, full disk) happen before the stop
+    return 0
+
+
+def _faults(events: list[Any]) -> dict[str, FaultEvent]:
+    return {
+        e.type.value + (f":{e.detail.get('when') or e.detail.get('code') or ''}"): e
+        for e in events
+        if isinstance(e, FaultEvent) and e.phase is FaultPhase.INJECT
+    }
+
+
+@pytest.fixture(scope="module")
+def notes_history(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    workdir = tmp_path_factory.mktemp("chaos-notes")
+    result = ChaosRun(parse_plan(_notes_plan()), _notes_agent, 120, workdir=workdir).run()
+    assert result.agent_exit == 0
+    assert result.leftover_pids == ()
+    return list(load_history(result.history).events)
+
+
+def _after(events: list[Any], fault: FaultEvent, kind: type[Any]) -> list[Any]:
+    return [e for e in events if isinstance(e, kind) and e.t >= fault.t]
+
+
+def _visible(events: list[Any], fault: FaultEvent) -> list[str]:
+    return [e.text for e in events if isinstance(e, VisibleEvent) and e.fault == fault.fault]
+
+
+def _reply_of_fault(events: list[Any], fault: FaultEvent) -> ReplyEvent:
+    reply: ReplyEvent = next(e for e in _after(events, fault, ReplyEvent))
+    return reply
+
+
+def _code(events: list[Any], fault: FaultEvent) -> str | None:
+    code = _reply_of_fault(events, fault).code
+    return code.value if code is not None else None
+
+
+@pytest.mark.timeout(180)
+def test_every_command_fault_is_injected_and_visible(notes_history: list[Any]) -> None:
+    faults = _faults(notes_history)
+    expected = {
+        "latency:",
+        "fail:E_APP_ERROR",
+        "fail:E_TIMEOUT",
+        "kill_worker:before_effect",
+        "kill_worker:after_effect",
+        "freeze:",
+        "memory_pressure:",
+        "signal_loss:",
+        "signal_burst:",
+        "drift:",
+        "lie:",
+    }
+    if os.geteuid() == 0:  # the store's tmpfs is mounted only by root
+        expected.add("disk_full:")
+    assert expected <= set(faults), sorted(faults)
+    for name, fault in faults.items():
+        reply = _reply_of_fault(notes_history, fault)
+        assert _visible(notes_history, fault) or not reply.ok, name
+
+
+@pytest.mark.timeout(180)
+def test_fault_evidence(notes_history: list[Any]) -> None:
+    events, faults = notes_history, _faults(notes_history)
+    assert _code(events, faults["fail:E_APP_ERROR"]) == "E_APP_ERROR"
+    assert _code(events, faults["fail:E_TIMEOUT"]) == "E_TIMEOUT"
+    assert not _reply_of_fault(events, faults["kill_worker:before_effect"]).ok
+    for name in ("kill_worker:before_effect", "kill_worker:after_effect", "memory_pressure:"):
+        recovery = next(
+            e for e in events if isinstance(e, RecoveryEvent) and e.fault == faults[name].fault
+        )
+        assert recovery.ok, name
+        assert recovery.what.value == "worker", name
+    memory = _visible(events, faults["memory_pressure:"])
+    assert any("memory limit" in text for text in memory), memory
+    clears = {e.fault for e in events if isinstance(e, FaultEvent) and e.phase is FaultPhase.CLEAR}
+    assert faults["freeze:"].fault in clears
+    assert faults["signal_loss:"].fault in clears
+    burst = _after(events, faults["signal_burst:"], SignalEvent)
+    assert len(burst) >= 5
+    drift = faults["drift:"]
+    assert drift.detail["change"] == "reorder"
+    assert drift.detail["list"] == "notes"
+    lie = faults["lie:"].detail
+    assert lie["true"] != lie["shown"]
+    assert lie["item"].startswith("notes[")
+    if "disk_full:" in faults:
+        assert _code(events, faults["disk_full:"]) == "E_IO"
+    # Every acknowledged state came back after each kill, and the checker agrees on all of it.
+    recovered = [e for e in events if isinstance(e, StateEvent) and e.basis.value == "recovered"]
+    assert len(recovered) >= 3
+    report = check_history(load_history_from(events))
+    assert report.ok, format_report(report)
+
+
+def load_history_from(events: list[Any]) -> Any:
+    from aotui.supervisor.chaos.history import History
+
+    return History(Path("notes"), tuple(events))
+
+
+class _Pages(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"0123456789" * 10
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def web() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}/page"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.timeout(120)
+def test_http_faults(tmp_path: Path, web: str) -> None:
+    modes = ["5xx", "truncate", "timeout", "latency"]
+    plan = parse_plan(
+        {
+            "seed": 2,
+            "fault": [
+                {
+                    "type": "http_fault",
+                    "operation": "get",
+                    "mode": mode,
+                    "ms": 100,
+                    "every": k,
+                    "max": 1,
+                }
+                for k, mode in enumerate(modes, start=1)
+            ],
+        }
+    )
+    results: list[Any] = []
+
+    def agent(env: dict[str, str]) -> int:
+        with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=20.0) as client:
+            app = next(a["app"] for a in client.status()["apps"] if a["id"] == "test.fetcher")
+            client.call("execute", text=f"<context>open --application {app}</context>")
+            for _ in modes:
+                command = {"app": app, "view": "view_0", "operation": "get", "args": {"url": web}}
+                try:
+                    results.append(client.call("execute", command=command)["results"][0])
+                except AotuiError as exc:
+                    results.append(exc.code.value)
+        return 0
+
+    run = ChaosRun(
+        plan,
+        agent,
+        60,
+        workdir=tmp_path,
+        apps=[str(APPS / "fetcher")],
+        config_extra="allow_private_http = true\n",
+    )
+    result = run.run()
+    assert result.leftover_pids == ()
+    assert results[0]["status"] == 503
+    assert results[1] == {"status": 200, "body": "0123456789" * 5}
+    assert results[2] == "E_APP_ERROR"  # the app's own HTTP call timed out, and it said so
+    assert results[3] == {"status": 200, "body": "0123456789" * 10}
+    events = list(load_history(result.history).events)
+    injected = [e for e in events if isinstance(e, FaultEvent) and e.phase is FaultPhase.INJECT]
+    assert [e.detail["mode"] for e in injected] == modes
+    for fault in injected:
+        assert _visible(events, fault), fault.detail
+
+
+@pytest.mark.timeout(120)
+def test_kill_supervisor_then_up(tmp_path: Path) -> None:
+    plan = parse_plan({"seed": 3, "fault": [{"type": "kill_supervisor", "at_s": [2.0]}]})
+    added: list[int] = []
+
+    def agent(env: dict[str, str]) -> int:
+        deadline = time.monotonic() + 6.0
+        step = 0
+        while time.monotonic() < deadline:
+            try:
+                with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=3.0) as client:
+                    apps = client.status()["apps"]
+                    notes = next(a["app"] for a in apps if a["id"] == "com.aotui.notes")
+                    client.call("execute", text=f"<context>open --application {notes}</context>")
+                    client.call(
+                        "execute",
+                        command={
+                            "app": notes,
+                            "view": "view_0",
+                            "operation": "add_note",
+                            "args": {"title": f"n{step}", "text": "t"},
+                        },
+                    )
+                    added.append(step)
+            except (AotuiError, DesktopUnavailable):
+                time.sleep(0.2)
+            step += 1
+            time.sleep(0.1)
+        return 0
+
+    result = ChaosRun(plan, agent, 60, workdir=tmp_path).run()
+    assert result.leftover_pids == ()
+    events = list(load_history(result.history).events)
+    recovery = next(e for e in events if isinstance(e, RecoveryEvent))
+    assert recovery.what.value == "supervisor"
+    assert recovery.ok
+    assert recovery.fault == "f1.1"
+    assert any(e.where.value == "status" for e in events if isinstance(e, VisibleEvent))
+    # The new supervisor recorded what each app showed when it came back, from its store.
+    recovered = [e for e in events if isinstance(e, StateEvent) and e.fault == "f1.1"]
+    assert recovered
+    assert max(added, default=0) > 0
+    report = check_history(load_history(result.history))
+    assert report.ok, format_report(report)
