@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import RunningDesktop
 
 Start = Callable[..., RunningDesktop]
@@ -100,6 +102,32 @@ def test_fast_commands_without_a_desktop_import_nothing_heavy(tmp_path: Path) ->
         tmp_path,
     )
     assert codes == [69, 69, 69]
+    assert heavy_in(modules) == {}
+
+
+def entry_points() -> list[list[str]]:
+    """How users start the CLI: ``python -m aotui.supervisor``, and the installed script."""
+    script = Path(sys.executable).parent / "aotui"
+    module = ["-m", "aotui.supervisor"]
+    return [module, [str(script)]] if script.exists() else [module]
+
+
+@pytest.mark.parametrize("entry", entry_points(), ids=lambda entry: Path(entry[-1]).name)
+def test_entry_points_import_nothing_heavy(entry: list[str], tmp_path: Path) -> None:
+    # -X importtime names every module the interpreter imports, the entry's own included.
+    finished = subprocess.run(
+        [sys.executable, "-X", "importtime", *entry, "status", "--socket", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=45,
+        check=False,
+    )
+    assert finished.returncode == 69, finished.stderr
+    lines = [line for line in finished.stderr.splitlines() if line.startswith("import time:")]
+    modules = [line.rsplit("|", 1)[1].strip() for line in lines[1:]]  # [0] is the header
+    assert "aotui.supervisor.interface.cli" in modules
+    assert "importlib.metadata" not in modules  # entry points are not looked up at start
     assert heavy_in(modules) == {}
 
 
