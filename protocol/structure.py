@@ -190,6 +190,27 @@ _KEEP_IN_TEXT = frozenset("\n\t\u200d\ufe0e\ufe0f")
 _LINE_BREAKS = re.compile(r"\r\n|[\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 
+@functools.cache
+def _ascii_line_tables() -> tuple[bytes, bytes]:
+    """``bytes.translate`` arguments: line breaks to ``\\n``, what the strip class drops deleted."""
+    breaks = bytes(b for b in range(0x80) if b != 0x0D and _LINE_BREAKS.fullmatch(chr(b)))
+    strip = _classes(True).strip
+    drop = bytes(
+        b
+        for b in range(0x80)
+        if strip.fullmatch(chr(b)) and chr(b) not in _KEEP_IN_TEXT and b not in breaks
+    )
+    return bytes.maketrans(breaks, b"\n" * len(breaks)), drop
+
+
+def _ascii_lines(value: str) -> str:
+    """What ``sanitize(..., lines=True)`` makes of ASCII text before the cut and the escape."""
+    if "\r" in value:  # CRLF first, as the line-break pattern takes it
+        value = value.replace("\r\n", "\n").replace("\r", "\n")
+    table, drop = _ascii_line_tables()
+    return value.encode("ascii").translate(table, drop).decode("ascii")
+
+
 def sanitize(text: object, *, lines: bool = False, limit: int | None = 500) -> str:
     """App-originated text made safe to show the agent, anywhere in a snapshot or a reply.
 
@@ -200,7 +221,9 @@ def sanitize(text: object, *, lines: bool = False, limit: int | None = 500) -> s
     """
     value = text if isinstance(text, str) else str(text)
     strip = _classes(value.isascii()).strip
-    if lines:
+    if lines and value.isascii():  # as the branch below, in C: a 900 KB view in 1 ms, not 11
+        value = _ascii_lines(value)
+    elif lines:
         value = _LINE_BREAKS.sub("\n", value)
         if strip.search(value) is not None:
             value = strip.sub(lambda m: m.group() if m.group() in _KEEP_IN_TEXT else "", value)
