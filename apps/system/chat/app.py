@@ -5,11 +5,19 @@ with its own ``message_history`` list and ``send_message`` / ``reply_message`` o
 The user's side posts into the "User" conversation with ``aotui say TEXT``. A conversation view
 shows its newest :data:`PAGE` messages and links to the earlier ones (key
 ``conversation:<id>:page:<n>``, ``n`` from 2).
+
+What the app keeps is bounded, in memory and in its stored data: each conversation keeps its
+newest :data:`KEEP` messages as they are (a keyed part each); older ones are archived
+:data:`PAGE` at a time into one compressed part per page, still shown by the earlier pages; past
+:data:`ARCHIVE_BYTES` of archive the oldest archived pages are deleted, and the conversation's
+view says how many messages went.
 """
 
 from __future__ import annotations
 
+import json
 import time
+import zlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -19,8 +27,16 @@ AGENT = "Agent"
 #: Messages shown per conversation view: the newest in the conversation, earlier ones a page
 #: (a link) further each, so sending a message costs the same in a short chat or a long one.
 PAGE = 50
+#: Messages per conversation kept as they are; older ones are archived a page at a time.
+KEEP = 200
+#: Compressed archive kept across all conversations; past it the oldest pages are deleted.
+ARCHIVE_BYTES = 2 << 20
+#: The longest message, so that the kept messages are bounded in bytes too.
+MAX_CHARS = 64 << 10
 
 Message = dict[str, str]
+#: One archived page: its number in its conversation (from 1), message count, compressed JSON.
+ArchivePage = tuple[int, int, bytes]
 
 
 def _now() -> str:
@@ -119,6 +135,14 @@ class Conversation(View["ChatApp"]):
     <li>Content: {{ msg["text"] }}</li></ul></li>
   {%- endfor -%}
   </ol>
+{% if archived and page == 1 %}
+  <p>Older history: {{ archived }} earlier messages are archived (kept compressed); the earlier
+  pages show them.</p>
+{% endif %}
+{% if conv.get("dropped") and page == 1 %}
+  <p>{{ conv["dropped"] }} of the earliest messages were deleted: the chat keeps
+  {{ archive_mib }} MiB of archived history.</p>
+{% endif %}
 {% if earlier %}
   {{ view.link(view.key_of_page(page + 1), earlier ~ " earlier messages",
       "Page " ~ (page + 1) ~ ": the " ~ [earlier, page_size] | min ~ " messages before these") }}
@@ -140,13 +164,15 @@ class Conversation(View["ChatApp"]):
 
     def context(self) -> Mapping[str, Any]:
         conv = self.app.conversations[self.conv_id]
-        messages = conv["messages"]
-        end = max(0, len(messages) - (self.page - 1) * PAGE)
+        archived = self.app.archived(self.conv_id)
+        end = max(0, archived + len(conv["messages"]) - (self.page - 1) * PAGE)
         start = max(0, end - PAGE)
         return {
             "conv": conv,
             "agent": AGENT,
-            "messages": messages[start:end],
+            "messages": self.app.history(self.conv_id, start, end),
+            "archived": archived,
+            "archive_mib": ARCHIVE_BYTES >> 20,
             "page": self.page,
             "list_id": "message_history" if self.page == 1 else f"message_history_{self.page}",
             "earlier": start,
@@ -228,10 +254,14 @@ class ChatApp(App):
         #: conversation, so a message re-renders only its own conversation's views.
         self.version = 0
         self.versions: dict[str, int] = {}
-        #: Message id → its conversation (where a changed message part is found).
+        #: Message id → its conversation (where a changed message part is found); kept messages
+        #: only, archived ones are in ``archive``.
         self.messages = {
             m["id"]: conv_id for conv_id, c in self.conversations.items() for m in c["messages"]
         }
+        #: Conversation → its archived pages, oldest first; ``archive_bytes`` their total size.
+        self.archive: dict[str, list[ArchivePage]] = {}
+        self.archive_bytes = 0
 
     def state_inputs(self) -> int:
         return self.version
@@ -269,6 +299,10 @@ class ChatApp(App):
         """Append a message; returns it."""
         if not text.strip():
             raise ValueError("a message needs some text")
+        if len(text) > MAX_CHARS:
+            raise ValueError(
+                f"a message has at most {MAX_CHARS} characters, this one {len(text)}: split it"
+            )
         message = {"id": f"msg_{self.next_id}", "sender": sender, "time": _now(), "text": text}
         if reply_to:
             message["reply_to"] = reply_to
@@ -279,7 +313,53 @@ class ChatApp(App):
         if sender != AGENT and conv_id not in self.open:
             conv["unread"] += 1
         self._changed(conv_id, f"msg:{message['id']}", "next_id")
+        if len(conv["messages"]) >= KEEP + PAGE:
+            self._changed(conv_id, *self._archive_oldest(conv_id))
         return message
+
+    # Bounded history: the newest KEEP messages as they are, older pages compressed.
+
+    def archived(self, conv_id: str) -> int:
+        """How many of a conversation's messages are archived (and still kept)."""
+        return sum(count for _, count, _ in self.archive.get(conv_id, ()))
+
+    def history(self, conv_id: str, start: int, end: int) -> list[Message]:
+        """Messages ``start`` to ``end`` of a conversation, archived ones first (oldest is 0)."""
+        found: list[Message] = []
+        offset = 0
+        for _, count, blob in self.archive.get(conv_id, ()):
+            if offset < end and start < offset + count:
+                page = json.loads(zlib.decompress(blob))
+                found.extend(page[max(0, start - offset) : max(0, end - offset)])
+            offset += count
+        kept: list[Message] = self.conversations[conv_id]["messages"]
+        return found + kept[max(0, start - offset) : max(0, end - offset)]
+
+    def _archive_oldest(self, conv_id: str) -> list[str]:
+        """Move a conversation's oldest :data:`PAGE` messages into an archived page.
+
+        Returns the parts that changed; past :data:`ARCHIVE_BYTES`, the oldest pages of the
+        conversations with the most of them are deleted (counted in their ``dropped``).
+        """
+        conv = self.conversations[conv_id]
+        moved, conv["messages"] = conv["messages"][:PAGE], conv["messages"][PAGE:]
+        pages = self.archive.setdefault(conv_id, [])
+        number = pages[-1][0] + 1 if pages else 1
+        blob = zlib.compress(json.dumps(moved, separators=(",", ":")).encode(), 6)
+        pages.append((number, len(moved), blob))
+        self.archive_bytes += len(blob)
+        parts = [f"arch:{conv_id}:{number}"]
+        for message in moved:
+            self.messages.pop(message["id"], None)
+            parts.append(f"msg:{message['id']}")
+        while self.archive_bytes > ARCHIVE_BYTES:
+            fullest = max(self.archive, key=lambda c: len(self.archive[c]))
+            gone, count, old = self.archive[fullest].pop(0)
+            self.archive_bytes -= len(old)
+            dropped = self.conversations[fullest]
+            dropped["dropped"] = int(dropped.get("dropped", 0)) + count
+            parts += [f"arch:{fullest}:{gone}", f"conv:{fullest}"]
+        return parts
 
     def handle_event(self, call: OperationCall) -> Any:
         if call.operation != "user_message":
@@ -295,6 +375,10 @@ class ChatApp(App):
             data[f"conv:{conv_id}"] = self.serialize_part(f"conv:{conv_id}")
             for message in self.conversations[conv_id]["messages"]:
                 data[f"msg:{message['id']}"] = {"conv": conv_id, **message}
+        for conv_id, pages in self.archive.items():
+            for number, _, _ in pages:
+                part = f"arch:{conv_id}:{number}"
+                data[part] = self.serialize_part(part)
         return data
 
     def serialize_part(self, part: str) -> Any:
@@ -308,6 +392,12 @@ class ChatApp(App):
                 return None
             found = (m for m in reversed(self.conversations[conv_id]["messages"]) if m["id"] == key)
             return {"conv": conv_id, **next(found)}
+        if kind == "arch":
+            conv_id, _, number = key.rpartition(":")
+            page = next((p for p in self.archive.get(conv_id, ()) if str(p[0]) == number), None)
+            if page is None:
+                return None
+            return {"conv": conv_id, "n": page[0], "count": page[1], "zlib": page[2]}
         return self.next_id if part == "next_id" else None
 
     def restore(self, data: Any) -> None:
@@ -327,6 +417,16 @@ class ChatApp(App):
         self.messages = {
             m["id"]: conv_id for conv_id, c in self.conversations.items() for m in c["messages"]
         }
+        self.archive = {}
+        pages = [v for k, v in data.items() if k.startswith("arch:") and v is not None]
+        for page in sorted(pages, key=lambda p: int(p["n"])):
+            if page["conv"] in self.conversations:
+                entry = (int(page["n"]), int(page["count"]), bytes(page["zlib"]))
+                self.archive.setdefault(page["conv"], []).append(entry)
+        self.archive_bytes = sum(len(p[2]) for pages in self.archive.values() for p in pages)
+        for conv_id, conv in self.conversations.items():  # data from before history was bounded
+            while len(conv["messages"]) >= KEEP + PAGE:
+                self.changed(*self._archive_oldest(conv_id))
         self.version += 1
 
 
