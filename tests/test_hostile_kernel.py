@@ -12,7 +12,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import mmap
 import os
+import signal
 import socket
 import struct
 from collections.abc import Callable, Iterator
@@ -168,6 +170,28 @@ def test_prctl_options_off_the_list_are_refused(mode: str, tree: Tree) -> None:
 
     outcome = run_confined(mode, tree.policy(mode), attempt)
     assert outcome.value == [None, None, errno.EPERM, errno.EPERM], outcome
+
+
+def _int_0x80_getpid() -> int:
+    """getpid through the i386 gate, as 32-bit code would call it."""
+    code = bytes([0xB8, 0x14, 0, 0, 0, 0xCD, 0x80, 0xC3])  # mov eax, 20; int 0x80; ret
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    return int(ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))())
+
+
+@pytest.mark.skipif(MACHINE != "x86_64", reason="the i386 and x32 tables exist on x86_64 only")
+@pytest.mark.parametrize(
+    "attempt",
+    [_int_0x80_getpid, lambda: syscall(0x40000000 | NR["getpid"])],
+    ids=["int-0x80", "x32"],
+)
+def test_the_other_syscall_tables_kill_the_process(
+    mode: str, tree: Tree, attempt: Callable[[], object]
+) -> None:
+    # Either would read another table, where the allow-list's numbers mean other calls.
+    outcome = run_confined(mode, tree.policy(mode), attempt)
+    assert outcome.signal == signal.SIGSYS, outcome
 
 
 # --- the program itself, run by a small classic-BPF interpreter -----------------------------
