@@ -5,6 +5,8 @@
 - :mod:`~supervisor.desktop.view_tree` — an app's views, ids and cached fragments, with budgets.
 - :mod:`~supervisor.desktop.snapshot` — the Markdown snapshot from cached fragments, with budgets.
 - :mod:`~supervisor.desktop.instructions`, :mod:`~supervisor.desktop.system_log` — the system views.
+- :mod:`~supervisor.desktop.controls` — seed 004's checks before an operation: dialogs, policy.
+- :mod:`~supervisor.desktop.confirmations` — operations waiting for the user, and their outcomes.
 """
 
 __all__: list[str] = []

@@ -30,6 +30,14 @@ from aotui.protocol.messages import (
 )
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
+from aotui.supervisor.desktop.confirmations import (
+    AwaitingUser,
+    ConfirmationBook,
+    Outcome,
+    PendingConfirmation,
+    Verdict,
+)
+from aotui.supervisor.desktop.controls import check_dialog, confirm_rule
 from aotui.supervisor.desktop.snapshot import RefTable, Snapshot, build_snapshot
 from aotui.supervisor.desktop.system_log import SystemLog
 from aotui.supervisor.manifest import Manifest, load_manifest, name_key
@@ -89,6 +97,8 @@ class Desktop:
         self.runner = AppRunner(config, paths, context, lambda: self.apps, self.log, on_change)
         # app_N ids follow install order and are never reused while the desktop lives.
         self.next_app = 0
+        #: Operations waiting for the user's confirmation (seed 004; confirmations.py).
+        self.confirmations = ConfirmationBook()
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -593,20 +603,51 @@ class Desktop:
                 f"{view_id} of {app.app_id} has no operation {command.target!r} "
                 f"(it offers: {offered})",
             )
+        check_dialog(app, view_id, command.target)
+        rule = confirm_rule(self.config.policy, app, command.target)
         seen = (refs or {}).get((app.app_id, view_id), fragment)
         coerced = coerce_args(parse_arg_schema(spec.args), command.args, _resolver(seen, view_id))
         if self.on_resolved is not None:  # a chaos run records what the refs resolved to
             self.on_resolved(command, coerced.args)
-        what = f"execute {command.target}"
+        if spec.confirm or rule is not None:
+            return await self._ask_user(
+                PendingConfirmation(
+                    ident="",
+                    app=app.app_id,
+                    app_name=app.name,
+                    view_key=fragment.key,
+                    view_id=view_id,
+                    operation=command.target,
+                    args=coerced.args,
+                    stable_keys=coerced.stable_keys,
+                    reason=rule or f"{app.name} marks {command.target} confirm",
+                )
+            )
+        return await self._operate(
+            app, fragment.key, command.target, coerced.args, coerced.stable_keys, deadline
+        )
+
+    async def _operate(
+        self,
+        app: AppRecord,
+        view_key: str,
+        op_id: str,
+        args: dict[str, Any],
+        stable_keys: dict[str, Any],
+        deadline: float,
+        note: str = "",
+    ) -> Any:
+        """Deliver one checked operation to ``app``'s worker and log what became of it."""
+        what = f"execute {op_id}{note}"
         try:
             result = await self.deliver(
                 app,
                 lambda rid: Operation(
                     rid,
-                    fragment.key,
-                    command.target,
-                    coerced.args,
-                    coerced.stable_keys,
+                    view_key,
+                    op_id,
+                    args,
+                    stable_keys,
                     int(_left(deadline, self.config.operation_timeout_ms) * 1000),
                 ),
                 what,
@@ -616,10 +657,105 @@ class Desktop:
             app.log_operation(f"{what}: {exc.code.value} {exc.message}")
             if exc.code is ErrorCode.E_PERMISSION:
                 # Reported by the trusted side, whatever the worker itself logs or floods.
-                self.log(f"{app.name}: {exc.message} (in operation {command.target})")
+                self.log(f"{app.name}: {exc.message} (in operation {op_id})")
             raise
         app.log_operation(f"{what}: ok")
         return result
+
+    # --- confirmation (seed 004; confirmations.py) ----------------------------------------------
+
+    async def _ask_user(self, asked: PendingConfirmation) -> AwaitingUser:
+        """Record the operation as pending and ask the user, in the chat app and System Logs."""
+        pending = self.confirmations.ask(asked)
+        app, ident = self.app(pending.app), pending.ident
+        answer = f"aotui confirm {ident} (or aotui confirm {ident} --deny)"
+        args = ", ".join(f"{k}={v!r}" for k, v in pending.args.items()) or "no arguments"
+        self.log(
+            f"{app.name} ({app.app_id}) asks the user to confirm {pending.operation} "
+            f"({args}) as {ident}: {answer}.",
+            app.app_id,
+        )
+        app.log_operation(f"execute {pending.operation}: waiting for the user ({ident})")
+        chat = next((a for a in self.apps if a.manifest.id == "system.chat" and a.is_live), None)
+        if chat is not None:
+            text = (
+                f"The agent asks to run {pending.operation} in {app.name} ({args}). "
+                f"Answer with {answer}."
+            )
+            try:
+                await self.deliver(
+                    chat,
+                    lambda rid: Operation(rid, "", "desktop_message", {"text": text}, {}, 5000),
+                    "desktop_message",
+                )
+            except AotuiError as exc:  # the request stands: `aotui confirm` lists it
+                self.log(f"Could not post confirmation {ident} in the chat: {exc.message}")
+        self.on_change("dom_mutation")
+        return AwaitingUser(
+            pending,
+            f"{pending.operation} waits for the user's confirmation {ident} ({pending.reason}); "
+            f"it has not run. It runs once when the user confirms; a refusal is E_PERMISSION. "
+            f"The outcome appears in {app.app_id}'s Operation Log, or wait for it: "
+            f"aotui wait --confirmation {ident}",
+        )
+
+    async def run_confirmed(self, pending: PendingConfirmation, deadline: float) -> Any:
+        """Run an operation the user confirmed (once), re-checking that it can still run."""
+        app = self.app(pending.app)
+        try:
+            self.require_writable()
+            await self._await_restart(app, deadline)
+            app.require_live()
+            fragment = app.views.fragments.get(pending.view_key)
+            view_id = app.views.ids.get(pending.view_key, pending.view_id)
+            if fragment is None or not fragment.mounted:
+                raise AotuiError(
+                    ErrorCode.E_NOT_FOUND,
+                    f"{view_id} of {app.app_id} is no longer mounted, so {pending.operation} "
+                    f"could not run; the agent may ask again",
+                )
+            if all(op.op_id != pending.operation for op in fragment.operations):
+                raise AotuiError(
+                    ErrorCode.E_NOT_FOUND,
+                    f"{view_id} of {app.app_id} no longer offers {pending.operation}",
+                )
+            check_dialog(app, view_id, pending.operation)
+            result = await self._operate(
+                app,
+                pending.view_key,
+                pending.operation,
+                pending.args,
+                pending.stable_keys,
+                deadline,
+                f" (confirmed {pending.ident})",
+            )
+        except AotuiError as exc:
+            self.confirmations.decide(pending.ident, Outcome(Verdict.FAILED, error=exc))
+            self.on_change("dom_mutation")
+            raise
+        self.confirmations.decide(pending.ident, Outcome(Verdict.RAN, result))
+        self.on_change("dom_mutation")
+        return result
+
+    def refuse(self, pending: PendingConfirmation, reason: str | None) -> dict[str, Any]:
+        """The user refused ``pending``: it never runs; its outcome is ``E_PERMISSION``."""
+        why = f": {reason}" if reason else ""
+        error = AotuiError(
+            ErrorCode.E_PERMISSION,
+            f"the user refused {pending.operation} on {pending.app} ({pending.app_name}){why}; "
+            f"it did not run",
+            {"outcome": "not applied"},
+        )
+        self.confirmations.decide(pending.ident, Outcome(Verdict.REFUSED, error=error))
+        app = next((a for a in self.apps if a.app_id == pending.app), None)
+        if app is not None:
+            app.log_operation(
+                f"execute {pending.operation} ({pending.ident}): E_PERMISSION refused by the "
+                f"user{why}"
+            )
+        self.log(f"The user refused {pending.ident} ({pending.operation} on {pending.app}){why}.")
+        self.on_change("dom_mutation")
+        return {"confirmation": pending.ident, "verdict": Verdict.REFUSED.value}
 
     async def deliver(
         self,

@@ -329,7 +329,35 @@ def cmd_exec(args: argparse.Namespace) -> int:
         print(NO_SESSION, file=sys.stderr)  # only operations take refs
     with _client(args) as client:
         result = client.call("execute", text=text, snapshot_id=args.snapshot, **reader)
+    waiting = result.get("waiting")
+    if waiting is not None:  # seed 004: asked, not run; exit 0 (nothing failed)
+        _emit(args, result, f"waiting for the user: {waiting['message']}")
+        return 0
     _emit(args, result, f"ok: {result['ran']} command(s) ran")
+    return 0
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    """The user's answer to an operation waiting for them; without an id, list those waiting."""
+    with _client(args) as client:
+        if args.id is None:
+            pending = client.call("confirmations")["pending"]
+            lines = [
+                f"{p['confirmation']}  {p['operation']} on {p['app']} ({p['app_name']}, "
+                f"{p['view']})  args {json.dumps(p['args'], ensure_ascii=False)}  [{p['reason']}]"
+                for p in pending
+            ]
+            _emit(args, pending, "\n".join(lines) or "nothing waits for confirmation")
+            return 0
+        result = client.call(
+            "confirm", confirmation=args.id, deny=args.deny or None, reason=args.reason
+        )
+    text = (
+        f"{args.id} refused: it did not run"
+        if args.deny
+        else f"{args.id} confirmed: it ran, result {json.dumps(result['result'], default=str)}"
+    )
+    _emit(args, result, text)
     return 0
 
 
@@ -365,6 +393,17 @@ def cmd_wait(args: argparse.Namespace) -> int:
         "quiet_ms": args.quiet_ms,
     }
     with _client(args) as client:
+        if args.confirmation is not None:  # the outcome of an operation the user was asked for
+            budget_s = args.timeout_ms / 1000 + 5
+            outcome = client.call(
+                "confirmation",
+                timeout_s=budget_s,
+                confirmation=args.confirmation,
+                timeout_ms=args.timeout_ms,
+            )
+            text = f"{args.confirmation} ran: {json.dumps(outcome['result'], default=str)}"
+            _emit(args, outcome, text)
+            return 0
         result = client.wait(timeout_ms=args.timeout_ms, **condition)
     _emit(args, result, f"ok: {result['until']} after {result['waited_ms']} ms")
     return 0
@@ -515,6 +554,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "snapshot": (cmd_snapshot, "print the Markdown desktop the agent reads"),
     "exec": (cmd_exec, "run <context> commands (argument or stdin)"),
     "say": (cmd_say, "post a user message into the chat app"),
+    "confirm": (cmd_confirm, "answer an operation that waits for the user (no ID: list them)"),
     "ping": (cmd_ping, "whether the desktop answers (exit 69 if not)"),
     "capabilities": (cmd_capabilities, "version, JSON-RPC methods, formats, limits"),
     "wait": (cmd_wait, "block until a signal, a text in an app, or quiet (exit 75: timeout)"),
@@ -612,6 +652,15 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("--gone", action="store_true", help="until --text disappears instead")
     wait.add_argument("--quiet-ms", type=int, help="until no change for this many ms")
     wait.add_argument("--timeout-ms", type=int, default=10_000, help="give up (exit 75)")
+    wait.add_argument(
+        "--confirmation",
+        metavar="ID",
+        help="until the user answers confirmation ID: its result, or its error (77: refused)",
+    )
+    confirm = parsers["confirm"]
+    confirm.add_argument("id", nargs="?", help="the confirmation (C1…); omitted: list pending")
+    confirm.add_argument("--deny", action="store_true", help="refuse it: it never runs")
+    confirm.add_argument("--reason", help="why (shown to the agent with the refusal)")
     for name in ("export", "import"):
         parsers[name].add_argument("name", nargs="?", help="the desktop (default: --desktop)")
     parsers["import"].add_argument("--file", help="the exported JSON (default: stdin)")

@@ -76,6 +76,9 @@ METHODS: dict[str, dict[str, Param]] = {
         "timeout_ms": Param((int,)),
     },
     "subscribe_events": {"reasons": Param((list,))},
+    # Seed 004: what waits for the user, and the outcome of one (its answer is the user's: CLI).
+    "confirmations": {},
+    "confirmation": {"confirmation": Param((str,), required=True), "timeout_ms": Param((int,))},
     "unsubscribe_events": {},
 }
 

@@ -84,7 +84,9 @@ TOOLS = [
         name="wait",
         description=(
             "Block until one condition holds: a signal reason, a text appearing (or with "
-            "gone: true, disappearing) in an app's views, or quiet_ms without a change."
+            "gone: true, disappearing) in an app's views, or quiet_ms without a change; or "
+            "confirmation: C1 for the outcome of an operation that waits for the user (its "
+            "result, or its error: E_PERMISSION when the user refused)."
         ),
         inputSchema={
             "type": _OBJECT,
@@ -95,6 +97,7 @@ TOOLS = [
                 "view": {"type": "string"},
                 "gone": {"type": "boolean"},
                 "quiet_ms": {"type": "integer", "minimum": 0},
+                "confirmation": {"type": "string"},
                 "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
             },
             "additionalProperties": False,
@@ -102,7 +105,10 @@ TOOLS = [
     ),
     types.Tool(
         name="status",
-        description="The desktop's apps: state, pid, memory, CPU, restarts, last exit.",
+        description=(
+            "The desktop's apps: state, pid, memory, CPU, restarts, last exit; and the "
+            "operations waiting for the user's confirmation (confirmations)."
+        ),
         inputSchema={"type": _OBJECT, "properties": {}, "additionalProperties": False},
     ),
 ]
@@ -261,6 +267,19 @@ class DesktopMcp:
                 return client.execute(command)
 
             return _json_result(await self._call(run))
+        if name == "wait" and "confirmation" in arguments:
+            ident = arguments["confirmation"]
+            timeout_ms = arguments.get("timeout_ms", 10_000)
+            return _json_result(
+                await self._call(
+                    lambda client: client.call(
+                        "confirmation",
+                        timeout_s=timeout_ms / 1000 + 5,
+                        confirmation=ident,
+                        timeout_ms=timeout_ms,
+                    )
+                )
+            )
         if name == "wait":
             return _json_result(await self._call(lambda client: client.wait(**arguments)))
         if name == "status":

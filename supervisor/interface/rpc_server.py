@@ -321,6 +321,8 @@ class RpcServer:
                 return await methods["heartbeat"]({"token": reader["token"]})
             case "wait_for":
                 return await methods["wait_for"](params)
+            case "confirmations" | "confirmation":
+                return await methods[call.method](params)
             case "subscribe_events":
                 return self._subscribe(connection, params.get("reasons") or [])
             case "unsubscribe_events":

@@ -34,6 +34,7 @@ from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.desktop.confirmations import AwaitingUser, Outcome, Verdict
 from aotui.supervisor.desktop.desktop import Desktop
 from aotui.supervisor.desktop.snapshot import RefTable
 from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
@@ -106,7 +107,12 @@ class Supervisor:
             "uninstall": self.uninstall,
             "say": self.say,
             "shutdown": self.shutdown,
+            "confirm": self.confirm,
+            "confirmations": self.confirmations,
+            "confirmation": self.confirmation,
         }
+        #: Execute requests being served now (at most ``config.max_in_flight``; seed 004).
+        self.in_flight = 0
 
     # --- running --------------------------------------------------------------------------------
 
@@ -397,10 +403,34 @@ class Supervisor:
         elif session is None and self.desktop.registry.latest is not None:
             with contextlib.suppress(AotuiError):
                 refs = self.desktop.registry.get(self.desktop.registry.latest)
+        if self.in_flight >= self.config.max_in_flight:
+            raise AotuiError(
+                ErrorCode.E_RATE_LIMITED,
+                f"{self.in_flight} commands are already in flight on this desktop (at most "
+                f"{self.config.max_in_flight}, config max_in_flight); this one did not run. Wait "
+                f"for their replies, then send it again.",
+                {"outcome": "not applied", "in_flight": self.in_flight},
+            )
+        self.in_flight += 1
+        try:
+            return await self._run_all(commands, refs)
+        finally:
+            self.in_flight -= 1
+
+    async def _run_all(self, commands: list[Command], refs: RefTable | None) -> dict[str, Any]:
+        """Run ``commands`` in order; the first failure, or one waiting for the user, stops."""
         results: list[Any] = []
         for index, command in enumerate(commands):
             try:
-                results.append(await self._run_locked(command, refs))
+                result = await self._run_locked(command, refs)
+                if isinstance(result, AwaitingUser):
+                    waiting = result.reply()
+                    if index + 1 < len(commands):
+                        waiting["message"] += (
+                            f" The {len(commands) - index - 1} command(s) after it did not run."
+                        )
+                    return {"ran": index, "results": results, "waiting": waiting}
+                results.append(result)
             except AotuiError as exc:
                 ran = ", ".join(str(i + 1) for i in range(index)) or "none"
                 raise AotuiError(
@@ -421,6 +451,14 @@ class Supervisor:
         app = self.desktop.app(app_ref)
         starts = command.action in (Action.OPEN_APPLICATION, Action.CLOSE_APPLICATION)
         budget_ms = self.config.start_timeout_ms if starts else self.config.operation_timeout_ms
+        return await self._locked(
+            app, budget_ms, lambda deadline: self.desktop.run(command, refs, deadline)
+        )
+
+    async def _locked(
+        self, app: AppRecord, budget_ms: int, work: Callable[[float], Awaitable[Any]]
+    ) -> Any:
+        """Run ``work(deadline)`` once the commands queued before it on ``app`` are done."""
         queued = time.monotonic()
         deadline = queued + budget_ms / 1000
         lock = self.app_locks.setdefault(app.app_id, asyncio.Lock())
@@ -435,9 +473,42 @@ class Supervisor:
                 {"app": app.app_id, "outcome": "not applied"},
             ) from None
         try:
-            return await self.desktop.run(command, refs, deadline)
+            return await work(deadline)
         finally:
             lock.release()
+
+    async def confirm(self, params: dict[str, Any]) -> Any:
+        """The user's answer to a pending ``confirmation``: run it (once), or ``deny`` it."""
+        pending = self.desktop.confirmations.take(_text(params, "confirmation"))
+        if params.get("deny") is True:
+            return self.desktop.refuse(pending, _optional_text(params, "reason"))
+        book = self.desktop.confirmations
+        try:
+            result = await self._locked(
+                self.desktop.app(pending.app),
+                self.config.operation_timeout_ms,
+                lambda deadline: self.desktop.run_confirmed(pending, deadline),
+            )
+        except AotuiError as exc:
+            if pending.ident not in book.decided:  # it never got its turn: say so to waiters
+                book.decide(pending.ident, Outcome(Verdict.FAILED, error=exc))
+            raise
+        return {"confirmation": pending.ident, "verdict": "ran", "result": result}
+
+    async def confirmations(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The operations waiting for the user, oldest first."""
+        book = self.desktop.confirmations
+        return {"pending": [pending.describe() for pending in book.pending.values()]}
+
+    async def confirmation(self, params: dict[str, Any]) -> dict[str, Any]:
+        """What became of a confirmation, waiting up to ``timeout_ms`` while it is pending."""
+        timeout_ms = params.get("timeout_ms", 0)
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD, "parameter 'timeout_ms' must be a non-negative integer"
+            )
+        ident = _text(params, "confirmation")
+        return await self.desktop.confirmations.wait(ident, min(timeout_ms, 600_000) / 1000)
 
     async def status(self, params: dict[str, Any]) -> dict[str, Any]:
         """The supervisor and every app: state, pid, memory, CPU, restarts, last exit."""
@@ -451,6 +522,8 @@ class Supervisor:
             "open_fds": me.num_fds(),
             "snapshots": len(self.desktop.registry),
             "lease_owner": self.lease.owner,
+            "in_flight": self.in_flight,
+            "confirmations": [p.describe() for p in self.desktop.confirmations.pending.values()],
             "store": self.desktop.store_status(),
             "apps": [self._app_status(app) for app in self.desktop.apps],
         }

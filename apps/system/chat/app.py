@@ -362,9 +362,12 @@ class ChatApp(App):
         return parts
 
     def handle_event(self, call: OperationCall) -> Any:
-        if call.operation != "user_message":
+        # Events come from the desktop only (never an agent's execute): the user's messages,
+        # and the desktop's own (a request for the user's confirmation).
+        sender = {"user_message": "User", "desktop_message": "Desktop"}.get(call.operation)
+        if sender is None:
             return super().handle_event(call)
-        return self.add_message("user", "User", str(call.args.get("text", "")))
+        return self.add_message("user", sender, str(call.args.get("text", "")))
 
     # Keyed data: a part per conversation (without its messages), one per message and one for
     # the counter, so a message stores itself and its conversation's unread count only.
