@@ -81,7 +81,9 @@ def test_history_is_bounded_and_older_pages_stay_reachable(chat: Any) -> None:
     assert len(frame) < module.ARCHIVE_BYTES + (module.KEEP + module.PAGE) * 1024 + (64 << 10)
     assert app.serialize_part("msg:msg_10") is None  # archived: its own part is gone
     again = type(app)()
-    again.restore(codec.decode(frame).data)  # type: ignore[union-attr]
+    decoded = codec.decode(frame)
+    assert isinstance(decoded, AppState)
+    again.restore(decoded.data)
     assert shown(again, f"conversation:user:page:{deep}") == oldest_kept
     assert shown(again, "conversation:user") == page_one
 
@@ -126,6 +128,13 @@ def restarted(desktop: RunningDesktop, old: int | None) -> int | None:
     return row["pid"] if row["state"] == "running" and row["pid"] not in (None, old) else None
 
 
+def restart_of(desktop: RunningDesktop, old: int, what: str) -> int:
+    """The pid of the worker that replaced ``old``, once it runs."""
+    pid = wait_for(lambda: restarted(desktop, old), 30, what)
+    assert isinstance(pid, int)
+    return pid
+
+
 def view_link(text: str, label: str, mounted: bool = True) -> str:
     """The view id of the link ``label``; ``mounted=False``: of one not mounted yet."""
     found = re.search(r"\[" + label + r"\]\(view:(view_\d+)" + ("" if mounted else r"\)"), text)
@@ -156,13 +165,13 @@ def test_a_long_chat_keeps_the_worker_small_and_its_history_reachable(
         }
     data["next_id"] = 6100
     client.import_state(state)
-    pid = wait_for(lambda: restarted(desktop, fresh), 30, "the chat to restart from the import")
+    pid = restart_of(desktop, fresh, "the chat to restart from the import")
     client.say("after the import")  # stores the bounded data whole
-    os.kill(int(pid), signal.SIGKILL)  # (the restart from the import had all 3 MB to decode)
-    pid = wait_for(lambda: restarted(desktop, int(pid)), 30, "the chat to restart after kill -9")
+    os.kill(pid, signal.SIGKILL)  # (the restart from the import had all 3 MB to decode)
+    pid = restart_of(desktop, pid, "the chat to restart after kill -9")
     client.say("after the restart")
     # Measured: 11.0 MB more than a fresh chat when it kept every message, 2.3 MB archived.
-    grown = uss(int(pid)) - baseline
+    grown = uss(pid) - baseline
     assert grown < 6 << 20, f"the chat's worker grew by {grown / 2**20:.1f} MB"
     # the history is still there, page by page: page 6 is archived
     text = client.snapshot()

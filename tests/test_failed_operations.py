@@ -81,6 +81,7 @@ def test_a_handler_that_changes_data_then_raises_leaves_no_trace(
 
     # a handler that fails before changing anything costs no restart
     pid = desktop.app_pid("app_0")
+    assert pid is not None
     with pytest.raises(AotuiError) as plain:
         client.execute(OP.format(op="fail"))
     assert plain.value.code is ErrorCode.E_APP_ERROR
@@ -112,7 +113,7 @@ def test_repeated_failed_changes_never_fail_the_app(start_desktop: Start) -> Non
         pid = desktop.app_pid("app_0")
         with pytest.raises(AotuiError, match="took no effect"):
             client.execute(OP.format(op=f"add_then_fail --text ghost{attempt}"))
-        wait_for(lambda old=pid: restarted(desktop, old), 15, "the restart")
+        wait_for(lambda old=pid: restarted(desktop, old), 15, "the restart")  # type: ignore[misc]
     assert client.execute(OP.format(op="add --text real"))["results"] == [1]
     assert client.status()["apps"][0]["state"] == "running"
 
