@@ -430,6 +430,8 @@ class WorkerLoop:
 
     def run_callbacks(self) -> None:
         """Run due timers and posted callbacks, then send what changed."""
+        if self.discarded:
+            return  # its views would show the effect being discarded before the restart
         due = self.app.due_callbacks(time.monotonic())
         for callback in due:
             try:

@@ -208,4 +208,7 @@ def test_the_worker_discards_only_a_failure_that_changed_data(
     assert changed.data == {"outcome": "not applied"}
     assert "LookupError" in changed.message
     assert loop.discarded  # runs nothing more until the supervisor restarts it
+    app.call_soon(lambda: None)  # nor a timer, whose re-render would show the discarded item
+    loop.run_callbacks()
+    assert not supervisor_side.poll(100)
     assert isinstance(reply("fail", 3), ErrorReply)
