@@ -6,6 +6,7 @@ driven by the MCP SDK's client; the markup, SDK and config parts also directly.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -23,8 +24,18 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.sandbox.render import render_view
 from aotui.sandbox.sdk import App, View, operation
 from aotui.supervisor.config import load_config
-from aotui.supervisor.desktop.controls import AppPolicy
+from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.desktop.confirmations import (
+    MAX_ARGS_BYTES,
+    MAX_PENDING,
+    ConfirmationBook,
+    Outcome,
+    PendingConfirmation,
+    Verdict,
+)
+from aotui.supervisor.desktop.controls import AppPolicy, confirm_rule
 from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.manifest import load_manifest
 from tests.conftest import BUNDLED_APPS, TEST_APPS, wait_for
 
 # --- markup and SDK ---------------------------------------------------------------------------
@@ -108,6 +119,73 @@ def test_policy_config_is_parsed_and_checked(tmp_path: Path) -> None:
             load_config(path)
         assert refused.value.code is ErrorCode.E_INVALID_CMD
         assert named in refused.value.message
+
+
+# --- the desktop's side, without processes ------------------------------------------------------
+
+
+def _vault_record() -> AppRecord:
+    return AppRecord("app_1", load_manifest(TEST_APPS / "vault"))
+
+
+def test_a_policy_of_its_own_wins_over_the_star_and_patterns_match() -> None:
+    app = _vault_record()
+    star = AppPolicy("*", allow=("read_*",))
+    assert confirm_rule((star,), app, "read_all") is None
+    with pytest.raises(AotuiError) as refused:
+        confirm_rule((star,), app, "wipe")
+    assert refused.value.code is ErrorCode.E_PERMISSION
+    assert 'policy."*".allow lists only read_*' in refused.value.message
+    own = AppPolicy("test.vault", confirm=("wi*",))
+    assert confirm_rule((star, own), app, "wipe") == "policy.\"test.vault\".confirm has 'wi*'"
+    assert confirm_rule((AppPolicy("other.app", deny=("wipe",)),), app, "wipe") is None
+
+
+def _asked(args: dict[str, Any] | None = None) -> PendingConfirmation:
+    return PendingConfirmation(
+        ident="",
+        app="app_1",
+        app_name="Vault",
+        view_key="vault",
+        view_id="view_0",
+        operation="wipe",
+        args=args or {},
+        stable_keys={},
+        reason="test",
+    )
+
+
+def test_the_confirmation_book_is_bounded_and_answers_once() -> None:
+    async def main() -> None:
+        book = ConfirmationBook()
+        with pytest.raises(AotuiError) as big:
+            book.ask(_asked({"text": "x" * (MAX_ARGS_BYTES + 1)}))
+        assert big.value.code is ErrorCode.E_INVALID_CMD
+        idents = [book.ask(_asked()).ident for _ in range(MAX_PENDING)]
+        assert idents[:2] == ["C1", "C2"]
+        with pytest.raises(AotuiError) as full:
+            book.ask(_asked())
+        assert full.value.code is ErrorCode.E_RATE_LIMITED
+        with pytest.raises(AotuiError) as pending:
+            await book.wait("C1", 0.01)
+        assert pending.value.code is ErrorCode.E_TIMEOUT
+        taken = book.take("C1")
+        with pytest.raises(AotuiError) as running:  # confirmed, its operation not done yet
+            await book.wait("C1", 0.01)
+        assert "its operation is still running" in running.value.message
+        with pytest.raises(AotuiError) as answering:
+            book.take("C1")
+        assert "is being answered" in answering.value.message
+        waiter = asyncio.ensure_future(book.wait("C1", 5))
+        await asyncio.sleep(0)
+        book.decide(taken.ident, Outcome(Verdict.RAN, result=7))
+        assert (await waiter)["result"] == 7
+        with pytest.raises(AotuiError) as twice:
+            book.take("C1")
+        assert "already answered (ran)" in twice.value.message
+        assert book.ask(_asked()).ident == f"C{MAX_PENDING + 1}"  # room again; ids never reused
+
+    asyncio.run(main())
 
 
 # --- end to end: a real desktop, driven through the CLI -----------------------------------------

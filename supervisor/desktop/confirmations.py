@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ __all__ = [
 MAX_PENDING = 16
 #: Decided confirmations remembered for ``confirmation`` (the oldest are forgotten first).
 MAX_DECIDED = 64
+#: Largest arguments (as JSON) an operation waiting for the user may hold: kept until answered.
+MAX_ARGS_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,8 @@ class ConfirmationBook:
 
     def __init__(self) -> None:
         self.pending: dict[str, PendingConfirmation] = {}
+        #: Taken to be answered (a confirmed operation that is running), not decided yet.
+        self.answering: dict[str, PendingConfirmation] = {}
         self.decided: OrderedDict[str, Outcome] = OrderedDict()
         self._decided_events: dict[str, asyncio.Event] = {}
         self._next = 1
@@ -134,6 +139,15 @@ class ConfirmationBook:
                 f"this one did not run and was not asked. Wait until the user answers them.",
                 {"outcome": "not applied"},
             )
+        size = len(json.dumps(asked.args, default=str).encode())
+        if size > MAX_ARGS_BYTES:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"{asked.operation} waits for the user's confirmation, and its arguments are "
+                f"{size} bytes, over the {MAX_ARGS_BYTES} an operation may hold while it waits; "
+                f"it did not run and was not asked. Send smaller arguments.",
+                {"outcome": "not applied"},
+            )
         pending = dataclasses.replace(asked, ident=f"C{self._next}", asked=time.time())
         self._next += 1
         self.pending[pending.ident] = pending
@@ -144,7 +158,14 @@ class ConfirmationBook:
         """Remove a pending confirmation to answer it (so it is answered exactly once)."""
         pending = self.pending.pop(ident, None)
         if pending is not None:
+            self.answering[ident] = pending
             return pending
+        if ident in self.answering:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"confirmation {ident} is being answered (its operation is running); an "
+                f"operation is confirmed once",
+            )
         if ident in self.decided:
             verdict = self.decided[ident].verdict.value
             raise AotuiError(
@@ -156,6 +177,7 @@ class ConfirmationBook:
 
     def decide(self, ident: str, outcome: Outcome) -> None:
         """Record what became of ``ident`` and wake whoever waits for it."""
+        self.answering.pop(ident, None)
         self.decided[ident] = outcome
         while len(self.decided) > MAX_DECIDED:
             old, _ = self.decided.popitem(last=False)
@@ -166,17 +188,22 @@ class ConfirmationBook:
 
     async def wait(self, ident: str, timeout_s: float) -> dict[str, Any]:
         """The outcome of ``ident`` once decided (its result, or its error raised)."""
-        if ident not in self.pending and ident not in self.decided:
+        undecided = ident in self.pending or ident in self.answering
+        if not undecided and ident not in self.decided:
             raise self._unknown(ident)
         event = self._decided_events.get(ident)
-        if ident in self.pending and event is not None:
+        if undecided and event is not None:
             try:
                 await asyncio.wait_for(event.wait(), timeout_s)
             except TimeoutError:
+                state = (
+                    "was confirmed and its operation is still running"
+                    if ident in self.answering
+                    else "still waits for the user (the operation has not run)"
+                )
                 raise AotuiError(
                     ErrorCode.E_TIMEOUT,
-                    f"confirmation {ident} still waits for the user after "
-                    f"{timeout_s * 1000:.0f} ms; wait again (the operation has not run)",
+                    f"confirmation {ident} {state} after {timeout_s * 1000:.0f} ms; wait again",
                     {"confirmation": ident, "verdict": Verdict.PENDING.value},
                 ) from None
         outcome = self.decided.get(ident)

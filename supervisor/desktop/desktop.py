@@ -670,9 +670,11 @@ class Desktop:
         app, ident = self.app(pending.app), pending.ident
         answer = f"aotui confirm {ident} (or aotui confirm {ident} --deny)"
         args = ", ".join(f"{k}={v!r}" for k, v in pending.args.items()) or "no arguments"
+        if len(args) > 200:  # the whole call is in `aotui confirm`'s list; the answer must show
+            args = args[:199] + "…"
         self.log(
-            f"{app.name} ({app.app_id}) asks the user to confirm {pending.operation} "
-            f"({args}) as {ident}: {answer}.",
+            f"{app.name} ({app.app_id}) asks the user to confirm {pending.operation} as {ident}: "
+            f"{answer}. Arguments: {args}.",
             app.app_id,
         )
         app.log_operation(f"execute {pending.operation}: waiting for the user ({ident})")
