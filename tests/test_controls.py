@@ -430,6 +430,7 @@ def test_commands_beyond_the_in_flight_limit_are_rate_limited(
                 process.kill()
                 process.communicate()
     assert d.client.status()["in_flight"] == 0
+    assert _rpc(d, "get_capabilities")["result"]["limits"]["max_in_flight"] == 2
     assert d.run(VAULT_ID, VAULT_ROOT, "execute deposit --amount 1").returncode == 0
     assert balance(d) == (1, 0)  # the refused one never ran
 

@@ -396,5 +396,7 @@ class RpcServer:
                 "snapshot_ttl_s": self.supervisor.config.snapshot_ttl_s,
                 "lease_s": self.supervisor.config.lease_s,
                 "snapshot_max_bytes": self.supervisor.config.snapshot_max_bytes,
+                # Agent commands served at once on the whole desktop (seed 004).
+                "max_in_flight": self.supervisor.config.max_in_flight,
             },
         }
