@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -316,3 +320,111 @@ def test_kill_supervisor_then_up(tmp_path: Path) -> None:
     assert max(added, default=0) > 0
     report = check_history(load_history(result.history))
     assert report.ok, format_report(report)
+
+
+SAVER = """
+from aotui.sandbox.sdk import App, OperationCall, View, operation
+
+
+class SaverView(View):
+    def render(self) -> str:
+        return ('<section view="Saver"><button operation="save" args=\\'{"name": "string"}\\'>'
+                'Save</button></section>')
+
+    @operation("save")
+    def save(self, call: OperationCall) -> str:
+        with open(GRANT + "/" + call.args["name"], "w") as handle:
+            handle.write("x" * 4096)
+        return "saved"
+
+
+class SaverApp(App):
+    def roots(self) -> list[View]:
+        return [SaverView("saver")]
+
+
+app = SaverApp()
+"""
+
+
+@pytest.fixture
+def small_grant() -> Iterator[Path]:
+    """A 1 MiB tmpfs granted to a test app (root only: mounting needs it); unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting the small filesystem of a disk_full grant needs root")
+    base = Path(tempfile.mkdtemp(prefix="aotui-chaos-grant-", dir="/tmp"))
+    base.chmod(0o755)  # the per-app uid reaches the app and the grant through it
+    grant = base / "grant"
+    grant.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0777", "tmpfs", str(grant)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        shutil.rmtree(base)
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    app = base / "saver"
+    app.mkdir()
+    (app / "aoapp.json").write_text(
+        json.dumps(
+            {
+                "id": "test.saver",
+                "name": "Saver",
+                "version": "1.0.0",
+                "entry": "app.py",
+                "description": "Saves files in its grant.",
+                "permissions": [f"fs:read:{grant}", f"fs:write:{grant}"],
+            }
+        )
+    )
+    (app / "app.py").write_text(f"GRANT = {str(grant)!r}\n{SAVER}")
+    try:
+        yield grant
+    finally:
+        subprocess.run(["umount", "-l", str(grant)], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_disk_full_in_an_apps_grant(tmp_path: Path, small_grant: Path) -> None:
+    plan = parse_plan(
+        {
+            "seed": 5,
+            "fault": [
+                {"type": "disk_full", "where": "grant", "seconds": 1.0, "every": 3, "max": 1},
+            ],
+        }
+    )
+    results: list[str] = []
+
+    def agent(env: dict[str, str]) -> int:
+        with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=20.0) as client:
+            app = next(a["app"] for a in client.status()["apps"] if a["id"] == "test.saver")
+            client.call("execute", text=f"<context>open --application {app}</context>")
+            for name in ("a", "b", "c"):
+                if name == "c":
+                    time.sleep(2.0)  # the filler is gone after its second
+                command = {
+                    "app": app,
+                    "view": "view_0",
+                    "operation": "save",
+                    "args": {"name": name},
+                }
+                try:
+                    results.append(client.call("execute", command=command)["results"][0])
+                except AotuiError as exc:
+                    results.append(exc.code.value)
+        return 0
+
+    app_dir = small_grant.parent / "saver"
+    result = ChaosRun(plan, agent, 60, workdir=tmp_path, apps=[str(app_dir)]).run()
+    assert result.leftover_pids == ()
+    assert results[0] == "saved"
+    assert results[1] != "saved"  # the grant's filesystem was full
+    assert results[2] == "saved"  # and is not any more
+    events = list(load_history(result.history).events)
+    fault = next(e for e in events if isinstance(e, FaultEvent) and e.phase is FaultPhase.INJECT)
+    assert fault.detail["where"] == "grant"
+    assert fault.detail["bytes"] > 0
+    assert not _reply_of_fault(events, fault).ok
+    assert not (small_grant / ".aotui-chaos-filler").exists()
