@@ -17,6 +17,7 @@ MODULES = [
     "bench_store",
     "bench_hostile",
     "bench_scale",
+    "bench_tokens",
 ]
 
 

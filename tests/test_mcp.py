@@ -53,7 +53,9 @@ async def exercise(session: ClientSession, desktop: RunningDesktop, updates: lis
     )
     assert bumped.structuredContent == {"ran": 1, "results": [1]}
     focused = payload(await session.call_tool("snapshot", {"app": "app_0", "view": "view_0"}))
-    assert focused.startswith('<view id="view_0" name="Echo">')
+    assert focused.startswith('<desktop>\n<application id="app_0"')  # one app, one view
+    assert '<view id="view_0" name="Echo">' in focused
+    assert "<application_info>" not in focused
     assert "Calls: 1" in focused
 
     failed = await session.call_tool(

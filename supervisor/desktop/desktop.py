@@ -9,6 +9,7 @@ signals).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,8 @@ from aotui.supervisor.desktop.confirmations import (
 )
 from aotui.supervisor.desktop.controls import check_dialog, confirm_rule
 from aotui.supervisor.desktop.snapshot import RefTable, Snapshot, build_snapshot
+from aotui.supervisor.desktop.snapshot_diff import SeenBlocks
+from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.system_log import SystemLog
 from aotui.supervisor.manifest import Manifest, load_manifest, name_key
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
@@ -89,6 +92,11 @@ class Desktop:
             reserve=self._reserve_ids if config.durability != "off" else None,
             compact=RefTableSharing(),
         )
+        #: What each pull left the agent with, the base of a later pull ``since`` it.
+        self.seen = SeenBlocks(config.snapshot_max_entries, config.snapshot_ttl_s)
+        #: Block id (``app_0/view_3``) → when the agent last mounted it or executed in it: token
+        #: budgets shorten the least recently touched first.
+        self.touched: dict[str, float] = {}
         self._dirty: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
@@ -503,8 +511,16 @@ class Desktop:
 
     # --- commands -------------------------------------------------------------------------------
 
-    def snapshot(self) -> tuple[str, Snapshot]:
-        """Assemble a snapshot and record its ref table; returns (snapshot id, snapshot)."""
+    def snapshot(self, options: PullOptions | None = None) -> tuple[str, Snapshot]:
+        """Assemble a snapshot and record its ref table; returns (snapshot id, snapshot).
+
+        The ref table is always the whole desktop's; ``options`` (focus, diff, token budget)
+        choose the text (:mod:`~supervisor.desktop.snapshot_pull`).
+        """
+        options = options or PullOptions()
+        base = self._diff_base(options.since) if options.since is not None else None
+        if options.app is not None:
+            options = dataclasses.replace(options, app=self.app(options.app).app_id)
         snap = build_snapshot(
             self.apps, self.system_log, self.config.snapshot_budget(), self._unshowable
         )
@@ -517,7 +533,22 @@ class Desktop:
                     f"not shown (see the markers in its block).",
                     app.app_id,
                 )
-        return self.registry.add(snap.refs), snap
+        pulled = select(snap, options, base, self.touched)
+        snapshot_id = self.registry.add(snap.refs)
+        self.seen.record(snapshot_id, pulled.seen)
+        return snapshot_id, dataclasses.replace(snap, markdown=pulled.markdown)
+
+    def _diff_base(self, since: str) -> dict[str, str]:
+        """What the agent had after pull ``since``; ``E_STALE_STATE`` when it is not known."""
+        seen = self.seen.get(since)
+        if seen is not None:
+            return seen
+        raise AotuiError(
+            ErrorCode.E_STALE_STATE,
+            f"snapshot {since} is unknown or expired, so there is nothing to diff against: "
+            f"pull a full snapshot (without since), then diff against its id",
+            {"snapshot_id": since},
+        )
 
     def _unshowable(self, app: AppRecord, error: Exception) -> None:
         """An app's block could not be assembled: say so once per app incarnation."""
@@ -535,6 +566,11 @@ class Desktop:
         """
         self.require_writable()  # every command may change what is stored
         action = command.action
+        if command.app_id is not None and (command.view_id or command.target):
+            app_id = self.app(command.app_id).app_id
+            self.touched[f"{app_id}/{command.view_id or command.target}"] = time.monotonic()
+            if len(self.touched) > 4096:  # a client naming made-up views cannot grow it
+                del self.touched[next(iter(self.touched))]
         if deadline is None:
             deadline = time.monotonic() + self.config.operation_timeout_ms / 1000
         if action is Action.EXECUTE:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aotui.protocol.messages import ViewFragment
 from aotui.protocol.structure import sanitize
@@ -23,10 +23,12 @@ from aotui.supervisor.desktop.instructions import SYSTEM_INSTRUCTIONS
 from aotui.supervisor.desktop.view_tree import attribute_text
 
 __all__ = [
+    "Block",
     "RefTable",
     "Snapshot",
     "SnapshotBudget",
     "build_snapshot",
+    "compose",
     "format_time",
     "link_label",
     "log_text",
@@ -37,13 +39,36 @@ RefTable = dict[tuple[str, str], ViewFragment]
 
 
 @dataclass(frozen=True)
+class Block:
+    """One part of a snapshot between its tags: a system view, an app's info, one app view."""
+
+    #: ``view_2`` (system view), ``app_0`` (its application_info), ``app_0/view_3`` (its view);
+    #: a marker standing for what an app may not show is ``app_0/marker`` (``…/marker2`` …).
+    block_id: str
+    #: The opening tag line (``""`` for a bare marker line).
+    tag: str
+    #: The text between the tags, without a trailing newline.
+    body: str
+    #: The closing tag line (``""`` for a bare marker line).
+    end: str
+    #: The app whose ``<application>`` block holds it; ``None`` for the system views.
+    app_id: str | None = None
+    #: The view id inside that app (``None`` for application_info and markers).
+    view_id: str | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """The Markdown text of the desktop and the ref table behind it."""
+    """The Markdown text of the desktop, the blocks it is made of and the ref table behind it."""
 
     markdown: str
     refs: RefTable
     #: Apps shown only in part (or as a marker) because they are over a budget.
     over_budget: tuple[str, ...] = ()
+    #: The blocks of :attr:`markdown` in order (what diffs, focus and budgets select from).
+    blocks: tuple[Block, ...] = ()
+    #: ``app_N`` → its ``<application …>`` tag line.
+    app_tags: dict[str, str] = field(default_factory=dict)
 
 
 def format_time(timestamp: float) -> str:
@@ -129,24 +154,20 @@ def _over(app: AppRecord, what: str) -> str:
     )
 
 
-def _application(app: AppRecord, refs: RefTable, budget: SnapshotBudget) -> str:
-    """The app's block; markers (``_over``) stand in for what is over its budget."""
-    parts = [
-        f'<application id="{app.app_id}" name="{attribute_text(app.name)}">',
-        "<application_info>",
-    ]
-    parts.extend(_logs("Operation Log", app.op_log, "##"))
-    parts.append("## Application View Tree")
+def _application(app: AppRecord, refs: RefTable, budget: SnapshotBudget) -> list[Block]:
+    """The app's blocks; markers (``_over``) stand in for what is over its budget."""
+    info = _logs("Operation Log", app.op_log, "##")
+    info.append("## Application View Tree")
     nodes = app.views.nodes(budget.app_views, budget.view_depth)
     for node in nodes:
         flags = ", mounted" if node.mounted else ""
         if node.mounted and app.views.keys[node.view_id] in app.views.hidden:
             flags += ", hidden"
         indent = "    " * node.depth
-        parts.append(f"{indent}- [{link_label(node.label)}](view:{node.view_id}{flags})")
+        info.append(f"{indent}- [{link_label(node.label)}](view:{node.view_id}{flags})")
     unlisted = app.views.count_nodes() - len(nodes)
     if unlisted > 0:
-        parts.append(
+        info.append(
             "- "
             + _over(
                 app,
@@ -154,7 +175,8 @@ def _application(app: AppRecord, refs: RefTable, budget: SnapshotBudget) -> str:
                 f"{budget.view_depth})",
             )
         )
-    parts.append("</application_info>")
+    app_id = app.app_id
+    blocks = [Block(app_id, "<application_info>", "\n".join(info), "</application_info>", app_id)]
     listed = {node.view_id for node in nodes}
     used = unshown = 0
     for view_id, fragment, markdown in app.views.shown():
@@ -162,32 +184,52 @@ def _application(app: AppRecord, refs: RefTable, budget: SnapshotBudget) -> str:
             unshown += 1  # past the views or depth budget: the marker above names them
             continue
         size = app.views.sizes.get(fragment.key, len(markdown))
-        parts.append(f'<view id="{view_id}" name="{attribute_text(fragment.name)}">')
         if size > budget.view_bytes:
-            parts.append(
-                _over(app, f"{view_id} is {_size(size)}, over {_size(budget.view_bytes)} a view")
-            )
+            body = _over(app, f"{view_id} is {_size(size)}, over {_size(budget.view_bytes)} a view")
         elif used + size > budget.app_bytes:
-            parts.append(_over(app, f"{view_id} would take the app past {_size(budget.app_bytes)}"))
+            body = _over(app, f"{view_id} would take the app past {_size(budget.app_bytes)}")
         else:
-            refs[(app.app_id, view_id)] = fragment
-            parts.append(markdown.rstrip("\n"))
+            refs[(app_id, view_id)] = fragment
+            body = markdown.rstrip("\n")
             used += size
-        parts.append("</view>")
+        tag = f'<view id="{view_id}" name="{attribute_text(fragment.name)}">'
+        blocks.append(Block(f"{app_id}/{view_id}", tag, body, "</view>", app_id, view_id))
     if unshown:
-        parts.append(_over(app, f"{unshown} more mounted views, past the views or depth budget"))
-    parts.append("</application>")
-    return "\n".join(parts)
+        why = f"{unshown} more mounted views, past the views or depth budget"
+        blocks.append(Block(f"{app_id}/marker", "", _over(app, why), "", app_id))
+    return blocks
 
 
-def _collapsed(app: AppRecord, why: str) -> str:
-    return "\n".join(
-        [
-            f'<application id="{app.app_id}" name="{attribute_text(app.name)}">',
-            _over(app, why),
-            "</application>",
-        ]
-    )
+def _app_tag(app: AppRecord) -> str:
+    return f'<application id="{app.app_id}" name="{attribute_text(app.name)}">'
+
+
+def _collapsed(app: AppRecord, why: str) -> list[Block]:
+    return [Block(f"{app.app_id}/marker", "", _over(app, why), "", app.app_id)]
+
+
+def _text(block: Block) -> str:
+    return "\n".join(part for part in (block.tag, block.body, block.end) if part)
+
+
+def compose(
+    blocks: Iterable[Block], app_tags: dict[str, str], desktop_tag: str = "<desktop>"
+) -> str:
+    """The snapshot text of ``blocks``: each app's in its ``<application>`` block."""
+    parts = [desktop_tag]
+    app_id: str | None = None
+    for block in blocks:
+        if block.app_id != app_id:
+            if app_id is not None:
+                parts.append("</application>")
+            app_id = block.app_id
+            if app_id is not None:
+                parts.append(app_tags[app_id])
+        parts.append(_text(block))
+    if app_id is not None:
+        parts.append("</application>")
+    parts.append("</desktop>")
+    return "\n".join(parts) + "\n"
 
 
 def build_snapshot(
@@ -203,42 +245,52 @@ def build_snapshot(
     """
     budget = budget or SnapshotBudget()
     refs: RefTable = {}
-    parts = [
-        "<desktop>",
-        '<view id="view_0" name="System Instructions">',
-        SYSTEM_INSTRUCTIONS.rstrip("\n"),
-        "</view>",
-        '<view id="view_1" name="Applications">',
-        _applications(apps),
-        "</view>",
-        '<view id="view_2" name="System Logs">',
-        "\n".join(_logs("System Logs", system_log, "#")),
-        "</view>",
+    blocks = [
+        Block(
+            "view_0",
+            '<view id="view_0" name="System Instructions">',
+            SYSTEM_INSTRUCTIONS.rstrip("\n"),
+            "</view>",
+        ),
+        Block("view_1", '<view id="view_1" name="Applications">', _applications(apps), "</view>"),
+        Block(
+            "view_2",
+            '<view id="view_2" name="System Logs">',
+            "\n".join(_logs("System Logs", system_log, "#")),
+            "</view>",
+        ),
     ]
-    used = sum(len(part.encode()) for part in parts)
+    used = sum(len(_text(block).encode()) + 1 for block in blocks) + len("<desktop>")
     over: list[str] = []
+    app_tags: dict[str, str] = {}
     for app in apps:
         if app.status is not AppStatus.RUNNING:
             continue
         app_refs: RefTable = {}
         try:
-            block = _application(app, app_refs, budget)
+            app_blocks = _application(app, app_refs, budget)
         except Exception as exc:  # one app's data must never cost the agent the desktop
             if on_failure is not None:
                 on_failure(app, exc)
-            block = _collapsed(app, f"its views could not be assembled ({type(exc).__name__})")
+            app_blocks = _collapsed(app, f"its views could not be assembled ({type(exc).__name__})")
             app_refs = {}
-        size = len(block.encode())
+        app_tags[app.app_id] = tag = _app_tag(app)
+        size = _block_size(tag, app_blocks)
         if used + size > budget.total_bytes:
-            block = _collapsed(
+            app_blocks = _collapsed(
                 app, f"its block would take the snapshot past {_size(budget.total_bytes)}"
             )
             app_refs = {}
-            size = len(block.encode())
+            size = _block_size(tag, app_blocks)
         refs.update(app_refs)
         used += size
-        parts.append(block)
-        if _MARKER.format(app=app.app_id) in block:
+        blocks.extend(app_blocks)
+        if any(_MARKER.format(app=app.app_id) in block.body for block in app_blocks):
             over.append(app.app_id)
-    parts.append("</desktop>")
-    return Snapshot("\n".join(parts) + "\n", refs, tuple(over))
+    return Snapshot(compose(blocks, app_tags), refs, tuple(over), tuple(blocks), app_tags)
+
+
+def _block_size(tag: str, blocks: list[Block]) -> int:
+    """Bytes of an app's ``<application>`` block with its line breaks."""
+    text = sum(len(_text(block).encode()) + 1 for block in blocks)
+    return len(tag.encode()) + len("</application>") + 1 + text

@@ -306,7 +306,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     """Print the desktop snapshot."""
     reader = _reader(args)
     with _client(args) as client:
-        result = client.call("snapshot", include_meta=args.include_meta, **reader)
+        chosen = {name: getattr(args, name) for name in ("since", "app", "view", "max_tokens")}
+        pull = {name: value for name, value in chosen.items() if value is not None}
+        if args.no_instructions:
+            pull["include_instructions"] = False
+        result = client.call("snapshot", include_meta=args.include_meta, **pull, **reader)
     if args.json:
         _emit(args, result)
     else:
@@ -639,6 +643,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--include-meta",
         action="store_true",
         help="also the snapshot id, time, session, lease holder and per-app state",
+    )
+    pull = parsers["snapshot"]
+    pull.add_argument("--since", metavar="ID", help="only what changed since snapshot ID (T12)")
+    pull.add_argument("--app", help="only this app's block (app_N or manifest id)")
+    pull.add_argument("--view", help="only this view of --app (view_N)")
+    pull.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="shorten what was touched longest ago until the text is under N tokens",
+    )
+    pull.add_argument(
+        "--no-instructions",
+        action="store_true",
+        help="leave out the System Instructions (read them once per session)",
     )
     parsers["exec"].add_argument("text", nargs="?", help="agent message; stdin when omitted")
     parsers["exec"].add_argument("--snapshot", help="snapshot id refs resolve against")

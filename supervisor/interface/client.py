@@ -165,9 +165,34 @@ class Client:
         result: dict[str, Any] = self.call("ping", timeout_s=timeout_s)
         return result
 
-    def snapshot(self) -> str:
-        """Pull the desktop's Markdown; remembers its snapshot id for the next execute."""
-        result = self.call("snapshot", release=self.snapshot_id)
+    def snapshot(
+        self,
+        since: str | None = None,
+        app: str | None = None,
+        view: str | None = None,
+        max_tokens: int | None = None,
+        include_instructions: bool = True,
+    ) -> str:
+        """Pull the desktop's Markdown; remembers its snapshot id for the next execute.
+
+        ``since`` a snapshot id: only what changed since then (``E_STALE_STATE`` when that id
+        is gone: pull without it); ``app``/``view``: only that app or view; ``max_tokens``:
+        shortened to fit; ``include_instructions=False``: without the System Instructions (read
+        them once per session). Refs of every shown view resolve against the new id.
+        """
+        options: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("since", since),
+                ("app", app),
+                ("view", view),
+                ("max_tokens", max_tokens),
+            )
+            if value is not None
+        }
+        if not include_instructions:
+            options["include_instructions"] = False
+        result = self.call("snapshot", release=self.snapshot_id, **options)
         self.snapshot_id = result["snapshot_id"]
         markdown: str = result["markdown"]
         return markdown

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,6 +30,7 @@ from pydantic import AnyUrl
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Signal
+from aotui.supervisor.desktop.instructions import SYSTEM_INSTRUCTIONS
 from aotui.supervisor.interface.client import Client
 from aotui.supervisor.interface.operation_tools import OperationTool, operation_tools
 
@@ -42,12 +42,19 @@ TOOLS = [
         name="snapshot",
         description=(
             "Read the desktop as Markdown (what you act on). Optionally only one app's block "
-            "(app: app_N) or one of its views (view: view_N). Refs like notes[1] in a later "
-            "exec/execute mean what this read showed."
+            "(app: app_N) or one of its views (view: view_N); since: \"last\" for only what "
+            "changed since your previous read (unchanged blocks left out, gone ids listed); "
+            "max_tokens to keep it short (what you touched longest ago is shortened, marked). "
+            "Refs like notes[1] in a later exec/execute mean what your reads showed."
         ),
         inputSchema={
             "type": _OBJECT,
-            "properties": {"app": {"type": "string"}, "view": {"type": "string"}},
+            "properties": {
+                "app": {"type": "string"},
+                "view": {"type": "string"},
+                "since": {"type": "string"},
+                "max_tokens": {"type": "integer", "minimum": 200},
+            },
             "additionalProperties": False,
         },
     ),
@@ -123,7 +130,9 @@ class DesktopMcp:
         #: Also one tool per visible operation (from each session's last pull).
         self.per_operation = per_operation
         self._operation_tools: dict[int, dict[str, OperationTool]] = {}
-        self.server: Server[Any, Any] = Server("aotui", instructions=_INSTRUCTIONS)
+        # The System Instructions go once, as the server's instructions, not in every read.
+        instructions = f"{_INSTRUCTIONS}\n\n{SYSTEM_INSTRUCTIONS}"
+        self.server: Server[Any, Any] = Server("aotui", instructions=instructions)
         self.uris = {kind: f"aotui://{desktop}/{kind}" for kind in ("snapshot", "status")}
         self._clients: dict[int, tuple[Client, anyio.Lock]] = {}
         self._subscribed: dict[int, tuple[ServerSession, set[str]]] = {}
@@ -134,15 +143,27 @@ class DesktopMcp:
         changes = NotificationOptions(tools_changed=self.per_operation)
         return self.server.create_initialization_options(changes)
 
-    async def _pull(self) -> str:
+    async def _pull(self, arguments: dict[str, Any] | None = None) -> str:
         """This session's pull; in per-operation mode its tools follow what it read."""
-        if not self.per_operation:
-            return str(await self._call(lambda client: client.snapshot()))
+        options = _pull_options(arguments or {})
 
         def pull(client: Client) -> dict[str, Any]:
-            result: dict[str, Any] = client.call("snapshot_structured", release=client.snapshot_id)
+            if options.get("since") == "last":
+                if client.snapshot_id is None:
+                    raise AotuiError(
+                        ErrorCode.E_STALE_STATE,
+                        "since last: this session has not read the desktop yet; "
+                        "call snapshot without since first",
+                    )
+                options["since"] = client.snapshot_id
+            method = "snapshot_structured" if self.per_operation else "snapshot"
+            result: dict[str, Any] = client.call(method, release=client.snapshot_id, **options)
             client.snapshot_id = result["snapshot_id"]
             return result
+
+        partial = any(name in options for name in ("app", "view", "since"))
+        if not self.per_operation or partial:  # the tools follow whole reads only
+            return str((await self._call(pull))["markdown"])
 
         result = await self._call(pull)
         session = self._session()
@@ -244,9 +265,7 @@ class DesktopMcp:
 
     async def _tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if name == "snapshot":
-            markdown = await self._pull()
-            text = _focus(markdown, arguments.get("app"), arguments.get("view"))
-            return _text_result(text)
+            return _text_result(await self._pull(arguments))
         operation = self._operation_tools.get(id(self._session()), {}).get(name)
         if operation is not None:
             name, arguments = (
@@ -339,31 +358,10 @@ def _json_result(result: Any) -> types.CallToolResult:
     )
 
 
-def _focus(markdown: str, app: str | None, view: str | None) -> str:
-    """The snapshot, or only one app's block, or only one view of it."""
-    if app is None:
-        if view is not None:
-            raise AotuiError(ErrorCode.E_INVALID_CMD, "view needs app (view ids are per app)")
-        return markdown
-    block = re.search(
-        rf'^<application id="{re.escape(app)}" name="[^"]*">$.*?^</application>$',
-        markdown,
-        re.M | re.S,
-    )
-    if block is None:
-        raise AotuiError(
-            ErrorCode.E_NOT_FOUND,
-            f"{app} has no block in the snapshot (not running, collapsed, or no such app); "
-            f"read the whole snapshot to see the Applications list",
-        )
-    if view is None:
-        return block[0]
-    part = re.search(
-        rf'^<view id="{re.escape(view)}" name="[^"]*">$.*?^</view>$', block[0], re.M | re.S
-    )
-    if part is None:
-        raise AotuiError(ErrorCode.E_NOT_FOUND, f"{app} shows no view {view} (mount it first)")
-    return part[0]
+def _pull_options(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot params of a tool call: never the System Instructions (sent once, above)."""
+    chosen = {name: arguments.get(name) for name in ("app", "view", "since", "max_tokens")}
+    return {"include_instructions": False} | {k: v for k, v in chosen.items() if v is not None}
 
 
 @contextlib.asynccontextmanager

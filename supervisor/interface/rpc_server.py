@@ -56,6 +56,8 @@ log = logging.getLogger("aotui.rpc")
 #: The reasons a signal may carry (CONTRACT §6); ``subscribe_events`` may pick some.
 SIGNAL_REASONS = ("dom_mutation", "app_opened", "app_closed", "app_crashed", "app_restarted")
 FORMATS = ("markdown", "json")
+#: ``snapshot`` params that choose what a pull shows (diff, focus, budget; snapshot_pull.py).
+PULL_PARAMS = ("since", "app", "view", "max_tokens", "include_instructions")
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,7 @@ class RpcServer:
         if form not in FORMATS:
             raise _BadParams(f"format must be one of {', '.join(FORMATS)}, not {form[:40]!r}")
         asked = {"include_meta": bool(params.get("include_meta")), **reader}
+        asked.update((name, params[name]) for name in PULL_PARAMS if name in params)
         result: dict[str, Any] = await self.supervisor.methods["snapshot"](asked)
         if form == "json":
             snapshot_id = result["snapshot_id"]

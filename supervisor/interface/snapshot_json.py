@@ -15,18 +15,27 @@ from aotui.supervisor.desktop.snapshot import RefTable
 
 __all__ = ["snapshot_json"]
 
+_DESKTOP = re.compile(r'^<desktop since="([^"]*)"(?: removed="([^"]*)")?>$')
 _OPEN = re.compile(r'^<(view|application) id="([^"]*)" name="([^"]*)">$')
 _CLOSE = re.compile(r"^</(view|application|application_info)>$")
 
 
 def snapshot_json(snapshot_id: str, markdown: str, refs: RefTable | None) -> dict[str, Any]:
-    """``{snapshot_id, system_views, apps}``: every block of the snapshot with its parts."""
+    """``{snapshot_id, system_views, apps}``: every block of the snapshot with its parts.
+
+    A diff (a pull ``since`` an id) also has ``since`` and ``removed`` (the ids gone).
+    """
     system: list[dict[str, Any]] = []
     apps: list[dict[str, Any]] = []
     app: dict[str, Any] | None = None
     block: dict[str, Any] | None = None
     lines: list[str] = []
+    diff: dict[str, Any] = {}
     for line in markdown.splitlines():
+        since = _DESKTOP.match(line)
+        if since is not None:  # a diff: what changed since that id, and the ids gone
+            diff = {"since": since[1], "removed": (since[2] or "").split()}
+            continue
         opened = _OPEN.match(line)
         if opened is not None:
             kind, block_id, name = opened[1], opened[2], html.unescape(opened[3])
@@ -58,7 +67,7 @@ def snapshot_json(snapshot_id: str, markdown: str, refs: RefTable | None) -> dic
                 app["notes"].append(text.strip())  # a marker standing in for what is not shown
             app = None
         lines = []
-    return {"snapshot_id": snapshot_id, "system_views": system, "apps": apps}
+    return {"snapshot_id": snapshot_id, **diff, "system_views": system, "apps": apps}
 
 
 def _add_refs(block: dict[str, Any], fragment: ViewFragment | None) -> None:

@@ -37,6 +37,7 @@ from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.desktop.confirmations import AwaitingUser, Outcome, Verdict
 from aotui.supervisor.desktop.desktop import Desktop
 from aotui.supervisor.desktop.snapshot import RefTable
+from aotui.supervisor.desktop.snapshot_pull import PullOptions
 from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
 from aotui.supervisor.server.client_queues import IN_FLIGHT, QUEUED, ClientQueues
 from aotui.supervisor.server.conn_guard import (
@@ -307,13 +308,15 @@ class Supervisor:
         """Assemble the desktop; optionally release the caller's previous snapshot id.
 
         With a ``session`` (or the lease's ``token``) the new id becomes that session's last
-        pull, which its executes resolve refs against; ``include_meta`` adds ``meta``.
+        pull, which its executes resolve refs against; ``include_meta`` adds ``meta``;
+        ``since``, ``app``, ``view``, ``max_tokens`` and ``include_instructions`` choose the
+        text (:class:`~supervisor.desktop.snapshot_pull.PullOptions`).
         """
         previous = params.get("release")
         if isinstance(previous, str):
             self.desktop.registry.discard(previous)
         session = self._session(params)
-        snapshot_id, snap = self.desktop.snapshot()
+        snapshot_id, snap = self.desktop.snapshot(PullOptions.from_params(params))
         if session is not None:
             held = self.sessions.pulled(session, snapshot_id)
             if held is not None and held != previous:
