@@ -205,6 +205,18 @@ def test_focus_budget_and_instructions_over_json_rpc(chat: RunningDesktop) -> No
         diff = peer.call("snapshot", since=short["snapshot_id"], format="json")
         assert diff["since"] == short["snapshot_id"]
         assert diff["removed"] == []
+        # A diff over JSON-RPC: the connection's refs resolve in a view it left out.
+        client.say("one more")
+        since = peer.call("snapshot", since=diff["snapshot_id"])["markdown"]
+        assert view_block(since, johnny) is None
+        answer = {
+            "app": CHAT,
+            "view": johnny,
+            "operation": "reply_message",
+            "args": {"message_to_be_replied": "message_history[0]", "content": "rpc"},
+        }
+        assert "error" not in peer.request("execute", **answer)
+    assert "Reply To: msg_1" in (view_block(client.snapshot(), johnny) or "")
 
 
 def test_system_logs_and_chat_say_each_thing_once(chat: RunningDesktop) -> None:
