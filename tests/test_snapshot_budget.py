@@ -18,7 +18,7 @@ import pytest
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.snapshot import Block, Snapshot, compose
 from aotui.supervisor.desktop.snapshot_budget import fit_budget, shorten_lists
-from aotui.supervisor.desktop.snapshot_diff import SeenBlocks, fold_unchanged
+from aotui.supervisor.desktop.snapshot_diff import FoldBudget, SeenBlocks, fold_unchanged
 from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.tokens import estimate_tokens
 from aotui.supervisor.interface.client import Client
@@ -360,6 +360,19 @@ def test_folding_maps_moved_refs_and_keeps_changed_lines() -> None:
     assert "history[1]–[4] in T3 are [0]–[3] now" in folded
     assert "5. [m5](message:history[4])" in folded
     assert fold_unchanged("a\nb", "c\nd", "T3") is None  # nothing to fold: sent whole
+
+
+def test_folding_costs_at_most_the_pulls_budget() -> None:
+    """difflib is quadratic: a hostile view's worst case is sent whole, not compared."""
+    rows = [f"- {'abc'[i % 3]}" for i in range(3000)]
+    base, text = "\n".join(rows), "\n".join(reversed(rows))
+    budget = FoldBudget(pairs=1_000_000)
+    assert fold_unchanged(base, text, "T1", budget) is None  # 3,000² pairs: over, not tried
+    assert budget.pairs == 1_000_000
+    # An append costs its own lines only: head and tail are matched in linear time.
+    grown = base + "\n- d"
+    assert fold_unchanged(base, grown, "T1", budget) == "… 3000 lines …\n- d"
+    assert budget.pairs == 1_000_000
 
 
 def test_shortening_keeps_first_and_last_items_whole() -> None:

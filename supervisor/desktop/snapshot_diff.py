@@ -19,13 +19,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-__all__ = ["SeenBlocks", "fold_unchanged"]
+__all__ = ["FoldBudget", "SeenBlocks", "fold_unchanged"]
 
 #: ``list_id[12]`` inside a ref link; ``12. `` opening an ordered-list item.
 _REF = re.compile(r"([A-Za-z_][\w-]*)\[(\d+)\]")
 _NUMBER = re.compile(r"^(\s*)\d+\. ")
-#: Blocks longer than this many lines are sent whole when they change (difflib is quadratic).
-MAX_DIFF_LINES = 4000
+#: Line pairs difflib may compare for one pull: it is quadratic at worst (a hostile view of 4,000
+#: near-identical lines took 1 s of the supervisor's loop). Past it, changed blocks go whole.
+PULL_DIFF_PAIRS = 1_000_000
 #: An unchanged run shorter than this stays in the text (a fold line would not be shorter).
 MIN_FOLD = 2
 
@@ -55,16 +56,49 @@ def _moved(before: list[str], after: list[str], base_id: str) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-def fold_unchanged(base: str, text: str, base_id: str) -> str | None:
-    """``text`` with the runs it shares with ``base`` folded; ``None`` when that saves nothing."""
-    old, new = base.split("\n"), text.split("\n")
-    if len(old) > MAX_DIFF_LINES or len(new) > MAX_DIFF_LINES:
-        return None
-    matcher = difflib.SequenceMatcher(
-        None, [_plain(x) for x in old], [_plain(x) for x in new], False
-    )
-    out: list[str] = []
+class FoldBudget:
+    """What is left of one pull's :data:`PULL_DIFF_PAIRS` (shared by the blocks it folds)."""
+
+    def __init__(self, pairs: int = PULL_DIFF_PAIRS) -> None:
+        self.pairs = pairs
+
+
+def _opcodes(
+    a: list[str], b: list[str], budget: FoldBudget
+) -> list[tuple[str, int, int, int, int]]:
+    """difflib's opcodes, the common head and tail matched first (linear: an append or a scroll
+    leaves little between them); ``[]`` when the rest would cost more than ``budget``."""
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    mid_a, mid_b = a[head : len(a) - tail], b[head : len(b) - tail]
+    cost = len(mid_a) * len(mid_b)
+    if cost > budget.pairs:
+        return []
+    budget.pairs -= cost
+    codes = [("equal", 0, head, 0, head)] if head else []
+    matcher = difflib.SequenceMatcher(None, mid_a, mid_b, False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        codes.append((op, i1 + head, i2 + head, j1 + head, j2 + head))
+    if tail:
+        codes.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
+    return codes
+
+
+def fold_unchanged(
+    base: str, text: str, base_id: str, budget: FoldBudget | None = None
+) -> str | None:
+    """``text`` with the runs it shares with ``base`` folded; ``None`` when that saves nothing
+    (or would cost more than the pull's ``budget``: the block is then sent whole)."""
+    old, new = base.split("\n"), text.split("\n")
+    codes = _opcodes([_plain(x) for x in old], [_plain(x) for x in new], budget or FoldBudget())
+    if not codes:
+        return None
+    out: list[str] = []
+    for op, i1, i2, j1, j2 in codes:
         if op == "equal" and j2 - j1 >= MIN_FOLD:
             # The desktop tag names the base (since="T12"): a fold need not repeat it.
             moved = _moved(old[i1:i2], new[j1:j2], base_id)

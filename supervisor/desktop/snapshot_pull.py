@@ -23,7 +23,7 @@ from typing import Any
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.snapshot import Block, Snapshot, compose
 from aotui.supervisor.desktop.snapshot_budget import fit_budget
-from aotui.supervisor.desktop.snapshot_diff import fold_unchanged
+from aotui.supervisor.desktop.snapshot_diff import FoldBudget, fold_unchanged
 
 __all__ = ["MIN_TOKENS", "PullOptions", "Pulled", "select"]
 
@@ -135,16 +135,19 @@ def select(
     """The text of ``snap`` this pull shows (``base``: what the agent had after ``since``)."""
     blocks = _focus(snap.blocks, options)
     full = {block.block_id: block.body for block in blocks}
+    if options == PullOptions():  # the whole snapshot, as assembled: not joined a second time
+        return Pulled(snap.markdown, full)
     desktop_tag = "<desktop>"
     seen = dict(full)
     if base is not None and options.since is not None:
         changed = []
+        budget = FoldBudget()  # one per pull: the folding CPU an app's views can cost is bounded
         for block in blocks:
             before = base.get(block.block_id)
             if before == block.body:
                 continue
             if before is not None and block.tag:
-                folded = fold_unchanged(before, block.body, options.since)
+                folded = fold_unchanged(before, block.body, options.since, budget)
                 if folded is not None:
                     block = dataclasses.replace(block, body=folded)
             changed.append(block)
