@@ -4,6 +4,10 @@ from aotui.sandbox.sdk import App, OperationCall, View, operation
 
 
 class EchoView(View):
+    def inputs(self) -> int:
+        # What the view shows: a no-op is then a round trip alone, without a render.
+        return self.app.count  # type: ignore[union-attr, no-any-return]
+
     def render(self) -> str:
         count = self.app.count  # type: ignore[union-attr]
         return f"""<section view="Echo"><p>Calls: {count}</p>
