@@ -441,6 +441,20 @@ def test_seen_blocks_share_unchanged_text_and_stay_bounded() -> None:
     assert t1["a"] is t2["a"]
     seen.record("T3", {"a": "y"})
     assert seen.get("T1") is None
+    assert seen.held_bytes == 1001  # T2's text (shared with T1, counted once) and T3's
+
+
+def test_seen_blocks_hold_at_most_their_bytes() -> None:
+    """A view that changes on every pull cannot make the diff bases grow the supervisor."""
+    seen = SeenBlocks(256, max_bytes=10_000)
+    for i in range(20):
+        seen.record(f"T{i}", {"app_0/view_0": str(i) * 3000, "view_1": "same"})
+    assert seen.held_bytes <= 10_000
+    assert seen.get("T19") is not None
+    assert seen.get("T0") is None
+    seen.record("T20", {"app_0/view_0": "x" * 50_000})  # the newest stays, even over the bound
+    assert seen.get("T20") is not None
+    assert seen.get("T19") is None
 
 
 def test_the_estimate_is_never_below_real_tokens() -> None:

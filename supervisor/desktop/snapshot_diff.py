@@ -113,19 +113,34 @@ def fold_unchanged(
     return folded if len(folded) < len(text) else None
 
 
+#: Text the diff bases may hold together (each distinct text once): past it the oldest go.
+SEEN_BYTES = 24 << 20
+
+
 class SeenBlocks:
     """Snapshot id → {block id: text as the agent has it}: the newest ``capacity`` pulls, each
-    for ``ttl_s`` (a base outlives its id's refcount: a diff needs its text, not its refs)."""
+    for ``ttl_s``, within ``max_bytes`` of distinct text (a base outlives its id's refcount: a
+    diff needs its text, not its refs). Equal texts are one object across ids, and a text is
+    counted once however many bases hold it, so bases cost what changed between them."""
 
     def __init__(
-        self, capacity: int, ttl_s: float = 600.0, clock: Callable[[], float] = time.monotonic
+        self,
+        capacity: int,
+        ttl_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = SEEN_BYTES,
     ) -> None:
         self.capacity = max(capacity, 1)
         self.ttl_s = ttl_s
         self.clock = clock
+        self.max_bytes = max_bytes
         self._seen: OrderedDict[str, tuple[float, dict[str, str]]] = OrderedDict()
         #: The newest text of each block, so equal texts are one object across ids.
         self._latest: dict[str, str] = {}
+        #: id(text) → [bases holding it, its size]; the text itself is held by those bases.
+        self._held: dict[int, list[int]] = {}
+        #: Bytes of the distinct texts held.
+        self.held_bytes = 0
 
     def record(self, snapshot_id: str, blocks: dict[str, str]) -> None:
         """Remember what the agent has after reading ``snapshot_id``."""
@@ -136,9 +151,29 @@ class SeenBlocks:
         self._latest = {**self._latest, **shared}
         if len(self._latest) > 4 * len(shared) + 64:  # forget blocks long gone
             self._latest = dict(shared)
+        self._drop(snapshot_id)
+        for text in shared.values():
+            held = self._held.get(id(text))
+            if held is None:
+                held = self._held[id(text)] = [0, len(text.encode("utf-8", "surrogatepass"))]
+                self.held_bytes += held[1]
+            held[0] += 1
         self._seen[snapshot_id] = (self.clock(), shared)
-        while len(self._seen) > self.capacity:
-            self._seen.popitem(last=False)
+        while len(self._seen) > 1 and (
+            len(self._seen) > self.capacity or self.held_bytes > self.max_bytes
+        ):
+            self._drop(next(iter(self._seen)))
+
+    def _drop(self, snapshot_id: str) -> None:
+        entry = self._seen.pop(snapshot_id, None)
+        if entry is None:
+            return
+        for text in entry[1].values():
+            held = self._held[id(text)]
+            held[0] -= 1
+            if held[0] == 0:
+                self.held_bytes -= held[1]
+                del self._held[id(text)]
 
     def get(self, snapshot_id: str) -> dict[str, str] | None:
         """What the agent had after ``snapshot_id``, if it is still remembered."""
