@@ -444,6 +444,16 @@ def test_seen_blocks_share_unchanged_text_and_stay_bounded() -> None:
     assert seen.held_bytes == 1001  # T2's text (shared with T1, counted once) and T3's
 
 
+def test_a_base_expires_with_the_snapshot_ttl() -> None:
+    now = [100.0]
+    seen = SeenBlocks(8, ttl_s=600.0, clock=lambda: now[0])
+    seen.record("T1", {"view_1": "apps"})
+    now[0] += 599.0
+    assert seen.get("T1") == {"view_1": "apps"}
+    now[0] += 2.0
+    assert seen.get("T1") is None  # the desktop answers E_STALE_STATE: pull a full snapshot
+
+
 def test_seen_blocks_hold_at_most_their_bytes() -> None:
     """A view that changes on every pull cannot make the diff bases grow the supervisor."""
     seen = SeenBlocks(256, max_bytes=10_000)
