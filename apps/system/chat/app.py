@@ -125,7 +125,7 @@ class Conversation(View["ChatApp"]):
 {% endif %}
 {% set day = messages[-1]["time"][:10] if messages else "" %}
 {% if day %}
-  <p>Day: {{ day }} (a message of another day shows its date)</p>
+  <p>Day: {{ day }}</p>
 {% endif %}
   <ol list="message[]:{{ list_id }}" title="Message History">
   {%- for msg in messages -%}
@@ -201,14 +201,15 @@ class Conversation(View["ChatApp"]):
 
     @operation
     def send_message(self, content: str) -> Message:
-        """Send a message."""
+        # No docstring: as the operation's description it would repeat its label ("Send
+        # Message") in every snapshot of every conversation.
         return self.app.add_message(self.conv_id, AGENT, content)
 
     @operation
     def reply_message(
         self, message_to_be_replied: Ref[Literal["message"]], content: str
     ) -> Message:
-        """Reply to a message."""
+        # No docstring: the label says it ("Reply Message"), see send_message.
         return self.app.add_message(
             self.conv_id, AGENT, content, reply_to=message_to_be_replied.key
         )
