@@ -138,6 +138,35 @@ def test_the_check_sees_a_heavy_command(tmp_path: Path) -> None:
     assert "sqlite3" in heavy_in(modules)
 
 
+# main() with argv is a caller's; main() without is the process's own (the script, python -m).
+FREEZE_PROBE = """\
+import gc, sys
+from aotui.supervisor.interface.cli import main
+where = ["--socket", sys.argv[1]]
+main(["status", *where])
+as_a_callee = gc.get_freeze_count()
+sys.argv = ["aotui", "status", *where]
+main()
+print(as_a_callee, gc.get_freeze_count())
+"""
+
+
+def test_only_the_process_entry_freezes_the_collector(tmp_path: Path) -> None:
+    # Its start-up objects live until exit: the collector need not walk them (~9 ms a call).
+    finished = subprocess.run(
+        [sys.executable, "-c", FREEZE_PROBE, str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=45,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    as_a_callee, as_the_entry = map(int, finished.stdout.split())
+    assert as_a_callee == 0
+    assert as_the_entry > 1000
+
+
 LAZY_PROBE = """\
 import json, sys
 import aotui.protocol, aotui.sandbox, aotui.supervisor
