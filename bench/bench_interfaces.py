@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -120,7 +121,9 @@ def _cli_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "aotui.supervisor"]
 
 
-def _wall_ms(command: list[str], env: dict[str, str]) -> float:
+def _run_ms(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) milliseconds of one run of ``command``."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(
         command,
@@ -130,7 +133,10 @@ def _wall_ms(command: list[str], env: dict[str, str]) -> float:
         stderr=subprocess.DEVNULL,
         check=True,
     )
-    return (time.perf_counter() - started) * 1000
+    wall = (time.perf_counter() - started) * 1000
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime) * 1000
+    return wall, cpu
 
 
 def _cli_figures(desktop: Desktop) -> dict[str, float]:
@@ -152,24 +158,30 @@ def _cli_figures(desktop: Desktop) -> dict[str, float]:
         "status": [*aotui, "status", *where],
     }
     figures: dict[str, float] = {}
-    print(f"{'aotui command':<20}{'ours ms':>9}{'bare ms':>9}{'+ms':>8}{'ratio':>7}  goal")
+    # CPU time is printed too: on a loaded machine it moves less than the wall time.
+    header = (
+        f"{'aotui command':<20}{'ours ms':>9}{'bare ms':>9}{'+ms':>8}{'ratio':>7}{'+cpu ms':>9}"
+    )
+    print(f"{header}  goal")
     try:
         for name, command in commands.items():
             for _ in range(3):  # warm up, and fill the bytecode cache
-                _wall_ms(command, env)
-                _wall_ms(bare, env)
+                _run_ms(command, env)
+                _run_ms(bare, env)
             ours, theirs = [], []
             for _ in range(CLI_ROUNDS):
-                ours.append(_wall_ms(command, env))
-                theirs.append(_wall_ms(bare, env))
-            mine, base = statistics.median(ours), statistics.median(theirs)
+                ours.append(_run_ms(command, env))
+                theirs.append(_run_ms(bare, env))
+            mine, base = (statistics.median(wall for wall, _ in runs) for runs in (ours, theirs))
+            cpu = statistics.median(c for _, c in ours) - statistics.median(c for _, c in theirs)
             verdict = "ok" if mine - base <= CLI_GOAL_MS else "MISSED"
             print(
                 f"{name:<20}{mine:>9.1f}{base:>9.1f}{mine - base:>8.1f}{mine / base:>7.2f}"
-                f"  +{CLI_GOAL_MS:g} ms {verdict}"
+                f"{cpu:>9.1f}  +{CLI_GOAL_MS:g} ms {verdict}"
             )
             figures[f"cli {name} median ms"] = mine
             figures[f"cli {name} over bare ms"] = mine - base
+            figures[f"cli {name} cpu over bare ms"] = cpu
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return figures
