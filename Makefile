@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	mkdir -p $(TYPECHECK)
 	for room in protocol sandbox supervisor; do ln -sfn "$(CURDIR)/$$room" $(TYPECHECK)/$$room; done
+	ln -sfn "$(CURDIR)/supervisor/_aotui/__init__.py" $(TYPECHECK)/__init__.py
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -80,3 +80,22 @@ def test_sandbox_never_imports_supervisor() -> None:
         for path in (root / folder).glob("*.py"):
             text = path.read_text()
             assert not re.search(rf"^\s*(from|import) ({forbidden})\b", text, re.M), path
+
+
+def test_the_client_is_importable_from_the_package_aotui() -> None:
+    # CONTRACT §9; importing the package alone loads none of the client (a command pays for it
+    # only when it uses it).
+    import subprocess
+    import sys
+
+    from aotui import AotuiError, Client, DesktopUnavailable, ErrorCode
+    from aotui.supervisor.interface.client import Client as RoomClient
+
+    assert Client is RoomClient
+    assert issubclass(DesktopUnavailable, AotuiError)
+    assert ErrorCode.E_TIMEOUT.recoverable
+    probe = "import aotui, sys; print('aotui.supervisor.interface.client' in sys.modules)"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert loaded.stdout.strip() == "False"

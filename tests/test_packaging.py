@@ -58,6 +58,7 @@ def test_wheel_holds_one_import_name_with_apps_and_config(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.startswith("aotui-")}
     assert tops == {"aotui"}, f"top-level names besides aotui: {tops - {'aotui'}}"
+    assert "aotui/__init__.py" in names  # the client at the top: `from aotui import Client`
     for room in RUNTIME_ROOMS:
         assert f"aotui/{room}/__init__.py" in names
     assert "aotui/configs/desktop.toml" in names
