@@ -131,8 +131,16 @@ def test_chaos_run_of_a_scripted_agent_is_recorded_and_repeatable(tmp_path: Path
     histories = []
     for run in ("a", "b"):
         done = chaos_cli(
-            "run", str(plan), "--duration", "90", "--workdir", str(tmp_path / run), "--json",
-            "--", sys.executable, str(agent),
+            "run",
+            str(plan),
+            "--duration",
+            "90",
+            "--workdir",
+            str(tmp_path / run),
+            "--json",
+            "--",
+            sys.executable,
+            str(agent),
         )
         assert done.returncode == 0, done.stderr
         summary = json.loads(done.stdout)
@@ -152,8 +160,14 @@ def test_chaos_run_of_a_scripted_agent_is_recorded_and_repeatable(tmp_path: Path
 @pytest.mark.timeout(240)
 def test_chaos_app_finds_the_planted_bug(tmp_path: Path) -> None:
     done = chaos_cli(
-        "app", str(APPS / "forgetful"), "--steps", "40", "--duration", "40",
-        "--workdir", str(tmp_path / "w"),
+        "app",
+        str(APPS / "forgetful"),
+        "--steps",
+        "40",
+        "--duration",
+        "40",
+        "--workdir",
+        str(tmp_path / "w"),
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "no_acknowledged_effect_lost  FAIL" in done.stdout
@@ -162,8 +176,14 @@ def test_chaos_app_finds_the_planted_bug(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 def test_chaos_app_passes_on_notes(tmp_path: Path) -> None:
     done = chaos_cli(
-        "app", str(REPO / "apps" / "notes"), "--steps", "40", "--duration", "40",
-        "--workdir", str(tmp_path / "w"),
+        "app",
+        str(REPO / "apps" / "notes"),
+        "--steps",
+        "40",
+        "--duration",
+        "40",
+        "--workdir",
+        str(tmp_path / "w"),
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verdict: all checks hold" in done.stdout
@@ -178,3 +198,138 @@ def test_chaos_run_refuses_a_bad_plan_with_its_key(tmp_path: Path) -> None:
     done = chaos_cli("run", str(plan))
     assert done.returncode == ErrorCode.E_INVALID_CMD.exit_code
     assert "after --" in done.stderr
+
+
+RPC_AGENT = textwrap.dedent(
+    """
+    import json, os, socket
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(os.environ["AOTUI_RPC_SOCKET"])
+    stream = sock.makefile("rwb")
+    def call(n, method, **params):
+        line = {"jsonrpc": "2.0", "id": n, "method": method, "params": params}
+        stream.write(json.dumps(line).encode() + b"\\n")
+        stream.flush()
+        return json.loads(stream.readline())
+    apps = call(1, "status")["result"]["apps"]
+    notes = next(a["app"] for a in apps if a["id"] == "com.aotui.notes")
+    call(2, "exec", text=f"<context>open --application {notes}</context>")
+    call(3, "execute", app=notes, view="view_0", operation="add_note",
+         args={"title": "first", "text": "one"})
+    call(4, "snapshot")
+    reply = call(5, "execute", app=notes, view="view_0", operation="edit_note",
+                 args={"note": "notes[0]", "text": "two"})
+    assert "result" in reply, reply
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_json_rpc_commands_are_recorded_with_what_their_refs_read(tmp_path: Path) -> None:
+    from aotui.supervisor.chaos.history import CommandEvent, ReplyEvent
+    from aotui.supervisor.chaos.run import ChaosRun
+
+    agent = tmp_path / "agent.py"
+    agent.write_text(RPC_AGENT)
+    plan = parse_plan({"seed": 1, "fault": [{"type": "drift", "change": "insert", "every": 3}]})
+    result = ChaosRun(plan, [sys.executable, str(agent)], 60, workdir=tmp_path / "w").run()
+    assert result.agent_exit == 0
+    assert result.leftover_pids == ()
+    events = load_history(result.history).events
+    commands = [e for e in events if isinstance(e, CommandEvent)]
+    assert [c.interface.value for c in commands] == ["jsonrpc"] * 3
+    edit = commands[-1]
+    assert edit.refs["note"].ref == "notes[0]"
+    assert edit.refs["note"].read == {"id": "note_1", "title": "first", "preview": "one"}
+    # The list changed under the agent (an item inserted before it); the ref still resolved
+    # to the note it read.
+    assert faults_of(result.history) == [("f1.1", "drift")]
+    reply = next(e for e in events if isinstance(e, ReplyEvent) and e.id == edit.id)
+    assert reply.ok
+    assert reply.resolved["note"] == edit.refs["note"].read
+
+
+#: Every fault kind, at rates that keep the demo agent busy for ten minutes.
+SOAK_PLAN = {
+    "seed": 15,
+    "fault": [
+        {"type": "kill_worker", "when": "before_effect", "probability": 0.03},
+        {"type": "kill_worker", "when": "after_effect", "probability": 0.05},
+        {"type": "freeze", "seconds": 1.0, "probability": 0.02},
+        {"type": "latency", "ms": 100, "probability": 0.1},
+        {"type": "fail", "code": "E_APP_ERROR", "probability": 0.03},
+        {"type": "fail", "code": "E_TIMEOUT", "probability": 0.02},
+        {"type": "drift", "change": "reorder", "probability": 0.03},
+        {"type": "drift", "change": "insert", "probability": 0.02},
+        {"type": "lie", "probability": 0.03},
+        {"type": "memory_pressure", "probability": 0.02},
+        {"type": "kill_supervisor", "rate_per_min": 1.0},
+        {"type": "http_fault", "mode": "5xx", "probability": 0.05},
+        {"type": "disk_full", "where": "store", "seconds": 1.0, "probability": 0.02},
+        {"type": "signal_loss", "seconds": 1.0, "probability": 0.03},
+        {"type": "signal_burst", "count": 10, "probability": 0.03},
+    ],
+}
+
+
+def demo_agent(env: dict[str, str]) -> int:
+    """``aotui demo``'s scripted session, again and again, on the run's desktop."""
+    import contextlib
+    import io
+    import time
+
+    from aotui.supervisor.chaos.run import DESKTOP
+    from aotui.supervisor.interface.client import Client, DesktopUnavailable
+    from aotui.supervisor.interface.demo import Transcript, _script
+
+    stop = time.monotonic() + float(env.get("CHAOS_SOAK_S", "600"))
+    while time.monotonic() < stop:
+        try:
+            with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=10.0) as client:
+                chat = next(a["app"] for a in client.status()["apps"] if a["id"] == "system.chat")
+                with contextlib.suppress(AotuiError):
+                    client.execute(f"<context>show --application {chat}</context>")
+                with contextlib.redirect_stdout(io.StringIO()):
+                    _script(Transcript(client, json_output=True))
+        except (AotuiError, DesktopUnavailable, StopIteration):
+            time.sleep(0.2)  # an injected fault, or the desktop coming back: go on
+    return 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_ten_minutes_of_the_demo_agent_under_every_fault(tmp_path: Path) -> None:
+    import os
+    import statistics
+
+    from aotui.supervisor.chaos.check import check_history, format_report
+    from aotui.supervisor.chaos.history import RecoveryEvent, ReplyEvent
+    from aotui.supervisor.chaos.run import ChaosRun
+
+    seconds = float(os.environ.get("CHAOS_SOAK_S", "600"))
+    result = ChaosRun(parse_plan(SOAK_PLAN), demo_agent, seconds + 60, workdir=tmp_path).run()
+    history = load_history(result.history)
+    events = history.events
+    injected: dict[str, int] = {}
+    for fault in events:
+        if isinstance(fault, FaultEvent) and fault.phase is FaultPhase.INJECT:
+            injected[fault.type.value] = injected.get(fault.type.value, 0) + 1
+    recoveries = sorted(e.seconds for e in events if isinstance(e, RecoveryEvent) and e.ok)
+    errors = sum(1 for e in events if isinstance(e, ReplyEvent) and not e.ok)
+    report = check_history(history)
+    p99 = recoveries[min(len(recoveries) - 1, int(len(recoveries) * 0.99))] if recoveries else 0
+    print(
+        f"\nsoak: {result.counts.get('command', 0)} commands, {errors} error replies, "
+        f"faults {sum(injected.values())} {injected}, recoveries {len(recoveries)} "
+        f"p50 {statistics.median(recoveries) if recoveries else 0:.3f} s p99 {p99:.3f} s\n"
+        f"{format_report(report)}\nhistory {result.history}"
+    )
+    assert result.leftover_pids == ()
+    assert result.counts.get("command", 0) > 100
+    # Every kind but http_fault (the demo's apps make no HTTP request) was injected.
+    faults: list[dict[str, object]] = SOAK_PLAN["fault"]  # type: ignore[assignment]
+    kinds = {str(f["type"]) for f in faults} - {"http_fault"}
+    if os.geteuid() != 0:
+        kinds.discard("disk_full")
+    assert kinds <= set(injected), injected
+    assert report.ok, format_report(report)

@@ -5,9 +5,10 @@ it nothing of this package is imported and the supervisor runs as it always does
 takes the ``execute`` method's place (every face — CLI, Python client, MCP, JSON-RPC — reaches
 the desktop through that method), so it sees each command before it runs and each reply before
 it is sent: it appends both to the history, decides from the plan's seed which faults the command
-fires, injects them, and records a digest of each touched app's views after the reply. Recoveries
-are seen through the supervisor's change listeners (the moment a restarted worker is serving),
-signals through the one ``chaos`` check in ``Supervisor._publish``.
+fires, injects them (:mod:`~supervisor.chaos.injector`), and records a digest of each touched
+app's views after the reply. Recoveries are seen through the supervisor's change listeners (the
+moment a restarted worker is serving), signals through the one ``chaos`` check in
+``Supervisor._publish``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,8 @@ import contextlib
 import contextvars
 import itertools
 import json
-import logging
 import os
-import random
-import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,15 +27,14 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from aotui.protocol.commands import Action, Command
-from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError
 from aotui.protocol.grammar import parse_commands
-from aotui.supervisor.broker.http import HttpRequest, HttpResponse
-from aotui.supervisor.chaos import disk
-from aotui.supervisor.chaos.history import EventKind, FaultType, HistoryWriter, Source
+from aotui.supervisor.chaos.history import EventKind, HistoryWriter, Source
+from aotui.supervisor.chaos.injector import FaultInjector
 from aotui.supervisor.chaos.plan import FROM_RUNNER, FaultSpec, Plan, parse_plan
-from aotui.supervisor.chaos.views import Perturbation, drift, lie, state_digest
+from aotui.supervisor.chaos.views import Perturbation
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
-from aotui.supervisor.paths import store_path
+from aotui.supervisor.desktop.snapshot import RefTable
 
 if TYPE_CHECKING:
     from aotui.supervisor.server.process import Supervisor
@@ -46,24 +42,13 @@ if TYPE_CHECKING:
 
 __all__ = ["CHAOS_ENV", "ChaosSetup", "Nemesis", "attach"]
 
-log = logging.getLogger("aotui.chaos")
-
 #: The environment variable naming a chaos run's setup file (JSON of :class:`ChaosSetup`).
 CHAOS_ENV = "AOTUI_CHAOS"
 #: Seconds between samples of the supervisor's memory, descriptors and processes.
 SAMPLE_S = 1.0
-#: How long an armed HTTP fault waits for the app's next brokered request.
-HTTP_ARMED_S = 10.0
-
-#: Seconds a fault aimed at a worker waits for it (it may be restarting after the last fault).
-WORKER_WAIT_S = 5.0
-#: The faults aimed at a worker process.
-_ON_WORKER = frozenset({FaultType.KILL_WORKER, FaultType.FREEZE, FaultType.MEMORY_PRESSURE})
 
 #: The command a task is serving (the desktop's ref resolution reports to it).
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar("chaos_command", default=None)
-
-Fetch = Callable[..., HttpResponse]
 
 
 @dataclass(frozen=True)
@@ -80,6 +65,8 @@ class ChaosSetup:
     recovering: str | None = None
     #: When that fault killed the last supervisor (wall clock).
     killed_at: float | None = None
+    #: How many supervisors of this run came before this one (0: the first).
+    generation: int = 0
 
     def write(self, path: Path) -> None:
         """Store the setup for a supervisor to read."""
@@ -98,16 +85,18 @@ def attach(supervisor: Supervisor) -> Nemesis | None:
         return None
     setup = ChaosSetup.read(where)
     writer = HistoryWriter(setup.history, setup.epoch, Source.SUPERVISOR)
-    nemesis = Nemesis(supervisor, parse_plan(setup.plan), writer)
+    nemesis = Nemesis(supervisor, parse_plan(setup.plan), writer, setup.generation)
     if setup.recovering:
         nemesis.recovered_supervisor(setup.recovering, setup.killed_at or time.time())
     return nemesis
 
 
-class Nemesis:
+class Nemesis(FaultInjector):
     """Records every command, reply, signal and state of one desktop; injects the plan."""
 
-    def __init__(self, supervisor: Supervisor, plan: Plan, writer: HistoryWriter) -> None:
+    def __init__(
+        self, supervisor: Supervisor, plan: Plan, writer: HistoryWriter, generation: int = 0
+    ) -> None:
         self.supervisor = supervisor
         self.desktop = supervisor.desktop
         self.plan = plan
@@ -116,9 +105,10 @@ class Nemesis:
         self.matched: dict[str, int] = {}
         self.injected: dict[str, int] = {}
         self.ids = itertools.count(1)
-        # Fault ids are the plan's (f1…); an injection is f1.3 (its third), unique in a run
-        # as long as commands arrive in the same order — a restarted supervisor starts over.
         self.boot = f"{os.getpid():x}"
+        # Injections are f1.1, f1.2… (the plan's fault, then its count); a supervisor brought
+        # back after a kill counts afresh, so its injections are f1.g1.1…: unique in the run.
+        self.prefix = "" if generation == 0 else f"g{generation}."
         self.masks: dict[tuple[str, str], Perturbation] = {}
         #: app_id → (fault id, inject time, the worker that was faulted).
         self.pending: dict[str, tuple[str, float, WorkerHandle | None]] = {}
@@ -130,13 +120,17 @@ class Nemesis:
         self._tasks: set[asyncio.Task[None]] = set()
         self._execute = supervisor.methods["execute"]
         supervisor.methods["execute"] = self.execute
+        self._say = supervisor.methods["say"]
+        # Each command of a message is acknowledged on its own: its app's state is taken when it
+        # returns, since a later command of the same message may find that app restarting.
+        self._run_command = self.desktop.run
+        self.desktop.run = self._run_one  # type: ignore[method-assign]
+        supervisor.methods["say"] = self.say
         supervisor.change_listeners.append(self._changed)
         supervisor.services.append(self)
         self.desktop.on_resolved = self._resolved
         self.desktop.runner.http_fault = self._http
         supervisor.chaos = self
-
-    # --- lifecycle (a supervisor Service) -------------------------------------------------------
 
     async def start(self) -> None:
         """Begin sampling the supervisor's resources."""
@@ -145,17 +139,12 @@ class Nemesis:
     async def stop(self) -> None:
         """Record each app's final state; stop sampling."""
         for app in self.desktop.apps:
-            if app.status is AppStatus.RUNNING and app.worker is not None:
+            if app.is_live and app.worker is not None:
                 self._state(app, "final")
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.writer.close()
-
-    def _spawn(self, work: Any) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _sample(self) -> None:
         me = psutil.Process()
@@ -178,10 +167,8 @@ class Nemesis:
             ok=True,
         )
         for app in self.desktop.apps:
-            if app.status is AppStatus.RUNNING and app.worker is not None:
+            if app.is_live and app.worker is not None:
                 self._state(app, "recovered", fault=fault_id)
-
-    # --- the execute method ---------------------------------------------------------------------
 
     async def execute(self, params: dict[str, Any]) -> dict[str, Any]:
         """Record the command, inject what it fires, run it, record the reply and states."""
@@ -198,13 +185,21 @@ class Nemesis:
             result: dict[str, Any] = await self._execute(params)
         except AotuiError as exc:
             self._reply(cid, exc)
-            self._settled(cid, commands, ok=False)
+            self._settled(cid, commands)
             raise
         finally:
             _current.reset(token)
         self._reply(cid, None)
-        self._settled(cid, commands, ok=True)
         self._after(fired, first, app)
+        return result
+
+    async def say(self, params: dict[str, Any]) -> Any:
+        """The user's message changes an app too: its state after it is an acknowledged one."""
+        result = await self._say(params)
+        with contextlib.suppress(AotuiError):
+            app = self.desktop.app(str(params.get("app") or "system.chat"))
+            if app.is_live and app.worker is not None:
+                self._state(app, "ack", command=None)
         return result
 
     def _app_of(self, command: Command | None) -> AppRecord | None:
@@ -288,23 +283,27 @@ class Nemesis:
             resolved=resolved,
         )
 
-    def _settled(self, cid: str, commands: list[Command], ok: bool) -> None:
-        """After the reply: each touched app's state, where it is serving and not recovering."""
+    async def _run_one(
+        self, command: Command, refs: RefTable | None, deadline: float | None = None
+    ) -> Any:
+        """One command of a message, then (if it succeeded) its app's acknowledged state."""
+        result = await self._run_command(command, refs, deadline)
+        cid = _current.get()
+        app = self._app_of(command)
+        if cid is not None and app is not None and app.is_live and app.worker is not None:
+            self._state(app, "ack", command=cid)
+        return result
+
+    def _settled(self, cid: str, commands: list[Command]) -> None:
+        """After an error reply: each touched app's state, where it serves and is not recovering."""
         seen: set[str] = set()
         for command in commands:
             app = self._app_of(command)
             if app is None or app.app_id in seen:
                 continue
             seen.add(app.app_id)
-            serving = app.status is AppStatus.RUNNING and app.worker is not None
-            if serving and (ok or app.app_id not in self.pending):
+            if app.is_live and app.worker is not None and app.app_id not in self.pending:
                 self._state(app, "ack", command=cid)
-
-    def _state(self, app: AppRecord, basis: str, **fields: Any) -> None:
-        digest = state_digest(app, self.masks)
-        self._write(EventKind.STATE, app=app.app_id, digest=digest, basis=basis, **fields)
-
-    # --- deciding and injecting -----------------------------------------------------------------
 
     def _decide(
         self, command: Command | None, app: AppRecord | None
@@ -323,238 +322,8 @@ class Nemesis:
                 continue
             if spec.fires(self.plan.seed, count):
                 self.injected[spec.fault_id] = done + 1
-                fired.append((f"{spec.fault_id}.{done + 1}", spec))
+                fired.append((f"{spec.fault_id}.{self.prefix}{done + 1}", spec))
         return fired
-
-    def _fault(
-        self,
-        fid: str,
-        spec: FaultSpec,
-        app: AppRecord | None,
-        command: Command | None,
-        detail: dict[str, Any],
-        phase: str = "inject",
-    ) -> None:
-        target = {
-            "app": app.app_id if app else None,
-            "operation": command.target if command and command.action is Action.EXECUTE else None,
-            "view": command.view_id if command else None,
-        }
-        self._write(
-            EventKind.FAULT,
-            fault=fid,
-            type=spec.type.value,
-            phase=phase,
-            target=target,
-            detail=detail,
-        )
-
-    def _visible(self, fid: str, where: str, text: str) -> None:
-        self._write(EventKind.VISIBLE, fault=fid, where=where, text=text)
-
-    async def _before(
-        self, fired: list[tuple[str, FaultSpec]], command: Command | None, app: AppRecord | None
-    ) -> None:
-        assert command is not None or not fired
-        for fid, spec in fired:
-            assert app is not None
-            kind, detail = spec.type, dict(spec.detail)
-            if kind in _ON_WORKER:
-                await self._serving(app)
-            if kind is FaultType.KILL_WORKER and detail["when"] == "before_effect":
-                self._kill(fid, spec, app, command, signal.SIGKILL, detail)
-            elif kind is FaultType.FREEZE:
-                self._freeze(fid, spec, app, command, detail)
-            elif kind is FaultType.MEMORY_PRESSURE:
-                self._pressure(fid, spec, app, command)
-            elif kind is FaultType.LATENCY:
-                self._fault(fid, spec, app, command, detail)
-                await asyncio.sleep(detail["ms"] / 1000)
-                self._fault(fid, spec, app, command, detail, "clear")
-                self._visible(fid, "reply", f"the reply came {detail['ms']} ms later")
-            elif kind is FaultType.FAIL:
-                self._fault(fid, spec, app, command, detail)
-                raise _failure(fid, detail["code"], app, command)
-            elif kind in (FaultType.DRIFT, FaultType.LIE):
-                self._perturb(fid, spec, app, command, detail)
-            elif kind is FaultType.HTTP_FAULT:
-                self.http_armed[app.app_id] = (fid, detail, time.monotonic() + HTTP_ARMED_S)
-            elif kind is FaultType.DISK_FULL:
-                self._disk_full(fid, spec, app, command, detail)
-            elif kind is FaultType.SIGNAL_LOSS:
-                self._fault(fid, spec, app, command, detail)
-                self.signal_drop = (fid, time.monotonic() + detail["seconds"], 0)
-                self._spawn(self._end_signal_loss(fid, spec, app, command, detail))
-            elif kind is FaultType.SIGNAL_BURST:
-                self._fault(fid, spec, app, command, detail)
-                for _ in range(detail["count"]):
-                    self.supervisor._publish("dom_mutation", ("dom_mutation",))
-                self._visible(fid, "signal", f"{detail['count']} signals in a burst")
-
-    async def _serving(self, app: AppRecord) -> None:
-        """Wait (bounded) for ``app``'s worker: a fault aimed at it needs it running."""
-        deadline = time.monotonic() + WORKER_WAIT_S
-        while time.monotonic() < deadline:
-            pid = app.worker.pid if app.worker is not None else None
-            watched = pid is not None and pid in self.desktop.runner.watchdog.workers
-            if app.status is AppStatus.RUNNING and watched:
-                return
-            await asyncio.sleep(0.01)
-
-    def _after(
-        self, fired: list[tuple[str, FaultSpec]], command: Command | None, app: AppRecord | None
-    ) -> None:
-        for fid, spec in fired:
-            if spec.type is FaultType.KILL_WORKER and spec.detail["when"] == "after_effect":
-                assert app is not None
-                self._kill(fid, spec, app, command, signal.SIGKILL, dict(spec.detail))
-
-    def _kill(
-        self,
-        fid: str,
-        spec: FaultSpec,
-        app: AppRecord,
-        command: Command | None,
-        signum: int,
-        detail: dict[str, Any],
-    ) -> None:
-        worker = app.worker
-        if worker is None or worker.pid is None:
-            return
-        self._fault(fid, spec, app, command, detail)
-        self.pending[app.app_id] = (fid, time.monotonic(), worker)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, signum)
-
-    def _freeze(
-        self,
-        fid: str,
-        spec: FaultSpec,
-        app: AppRecord,
-        command: Command | None,
-        detail: dict[str, Any],
-    ) -> None:
-        worker = app.worker
-        if worker is None or worker.pid is None:
-            return
-        pid = worker.pid
-        self._fault(fid, spec, app, command, detail)
-        self.pending[app.app_id] = (fid, time.monotonic(), worker)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGSTOP)
-
-        def thaw() -> None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-            self._fault(fid, spec, app, command, detail, "clear")
-            if app.worker is worker and self.pending.get(app.app_id, ("",))[0] == fid:
-                # Thawed before anything killed it: it serves again, as it was.
-                del self.pending[app.app_id]
-                self._visible(
-                    fid, "reply", f"{app.app_id} answered nothing for {detail['seconds']:g} s"
-                )
-                self._recovery(fid, app)
-
-        asyncio.get_running_loop().call_later(detail["seconds"], thaw)
-
-    def _pressure(self, fid: str, spec: FaultSpec, app: AppRecord, command: Command | None) -> None:
-        worker = app.worker
-        watched = (
-            self.desktop.runner.watchdog.workers.get(worker.pid) if worker and worker.pid else None
-        )
-        if watched is None:
-            return
-        self._fault(fid, spec, app, command, {"limit_mb": 1})
-        self.pending[app.app_id] = (fid, time.monotonic(), worker)
-        # The worker's memory is now far over what the watchdog allows it: the watchdog acts on
-        # its next tick, exactly as for an app that grew past its limit.
-        watched.memory_bytes = 1 << 20
-
-    def _perturb(
-        self,
-        fid: str,
-        spec: FaultSpec,
-        app: AppRecord,
-        command: Command | None,
-        detail: dict[str, Any],
-    ) -> None:
-        views = app.views
-        wanted = command.view_id if command is not None else None
-        rng = random.Random(f"{self.plan.seed}:{fid}")
-        for view_id, fragment, markdown in views.shown():
-            if wanted and spec.view is None and view_id != wanted and spec.type is FaultType.DRIFT:
-                continue
-            true_markdown = markdown
-            mask = self.masks.get((app.app_id, fragment.key))
-            if mask is not None and mask.shown is fragment:
-                true_markdown = mask.true_markdown
-            if spec.type is FaultType.DRIFT:
-                changed = drift(fragment, markdown, detail["change"], rng)
-            else:
-                changed = lie(fragment, markdown, rng)
-            if changed is None:
-                continue
-            shown, new_markdown, what = changed
-            views.fragments[fragment.key] = shown
-            views.markdown[fragment.key] = new_markdown
-            self.masks[(app.app_id, fragment.key)] = Perturbation(
-                fragment.key, shown, true_markdown, what
-            )
-            self._fault(fid, spec, app, command, {**what, "view": view_id})
-            self.supervisor.changed("dom_mutation")
-            self._visible(fid, "signal", f"dom_mutation: {view_id} of {app.app_id} changed")
-            return
-
-    def _disk_full(
-        self,
-        fid: str,
-        spec: FaultSpec,
-        app: AppRecord,
-        command: Command | None,
-        detail: dict[str, Any],
-    ) -> None:
-        where = store_path(self.supervisor.config.desktop).parent
-        if detail["where"] == "grant":
-            permissions = app.manifest.permissions
-            grants = [p.scope for p in permissions if (p.resource, p.action) == ("fs", "write")]
-            if not grants or grants[0] == "*":
-                log.warning("chaos %s: %s has no fs:write grant to fill", fid, app.app_id)
-                return
-            where = Path(grants[0])
-        try:
-            written = disk.fill(where)
-        except (AotuiError, OSError) as exc:
-            log.warning("chaos %s: cannot fill %s: %s", fid, where, exc)
-            return
-        self._fault(fid, spec, app, command, {"where": detail["where"], "bytes": written})
-
-        def clear() -> None:
-            disk.unfill(where)
-            self._fault(fid, spec, app, command, {"where": detail["where"]}, "clear")
-
-        asyncio.get_running_loop().call_later(detail["seconds"], clear)
-
-    async def _end_signal_loss(
-        self,
-        fid: str,
-        spec: FaultSpec,
-        app: AppRecord | None,
-        command: Command | None,
-        detail: dict[str, Any],
-    ) -> None:
-        await asyncio.sleep(detail["seconds"])
-        dropped = self.signal_drop[2] if self.signal_drop and self.signal_drop[0] == fid else 0
-        self.signal_drop = None
-        self._fault(fid, spec, app, command, {**detail, "dropped": dropped}, "clear")
-        # What a client that missed signals does: pull again. The desktop says it dropped some.
-        self.desktop.log(
-            f"{dropped} desktop signal(s) were not sent in the last "
-            f"{detail['seconds']:g} s; pull a snapshot to catch up."
-        )
-        self.supervisor.changed("dom_mutation")
-        self._visible(fid, "system_log", f"{dropped} signal(s) not sent")
-
-    # --- hooks ----------------------------------------------------------------------------------
 
     def on_signal(self, reason: str, reasons: tuple[str, ...]) -> bool:
         """A signal is about to go out: record it; False drops it (a signal_loss fault)."""
@@ -565,50 +334,6 @@ class Nemesis:
         with contextlib.suppress(AotuiError):
             self.writer.append(EventKind.SIGNAL, reasons=list(reasons) or [reason], apps=[])
         return True
-
-    def _http(self, app: AppRecord, fetch: Fetch) -> Fetch:
-        """The fetch for ``app``'s next brokered request: ``fetch``, or one an armed fault bends."""
-        armed = self.http_armed.get(app.app_id)
-        if armed is None or time.monotonic() > armed[2]:
-            return fetch
-        del self.http_armed[app.app_id]
-        fid, detail, _ = armed
-        spec = next(s for s in self.faults if fid.split(".")[0] == s.fault_id)
-        mode = detail["mode"]
-        self._fault(fid, spec, app, None, {"mode": mode})
-
-        def bent(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            # The real request runs first, so the app's grants still decide (a refused request
-            # stays E_PERMISSION); the fault bends what comes back.
-            if mode == "latency":
-                time.sleep(detail["ms"] / 1000)
-            response = fetch(request, *args, **kwargs)
-            if mode == "timeout":
-                time.sleep(detail["ms"] / 1000)
-                self._visible_threadsafe(fid, f"HTTP {request.method} timed out")
-                raise AotuiError(
-                    ErrorCode.E_TIMEOUT,
-                    f"HTTP {request.method} {request.url} timed out",
-                    {"url": request.url},
-                )
-            if mode == "5xx":
-                self._visible_threadsafe(fid, "HTTP 503 Service Unavailable")
-                return HttpResponse(503, "Service Unavailable", {}, b"", response.url)
-            if mode == "truncate":
-                cut = response.body[: len(response.body) // 2]
-                self._visible_threadsafe(fid, f"HTTP body cut to {len(cut)} bytes")
-                return HttpResponse(
-                    response.status, response.reason, response.headers, cut, response.url
-                )
-            self._visible_threadsafe(fid, f"HTTP answered {detail['ms']} ms late")
-            return response
-
-        return bent
-
-    def _visible_threadsafe(self, fid: str, text: str) -> None:
-        # The app's reply (or its rendered error) is what shows it; the history writer is
-        # thread-safe, so the broker thread records it directly.
-        self._visible(fid, "reply", text)
 
     def _changed(self, reason: str) -> None:
         """A change listener: a faulted app that crashed is seen; one serving again recovered."""
@@ -626,34 +351,12 @@ class Nemesis:
                     self._recovery(fid, app, ok=False)
             elif (
                 reason in ("app_restarted", "app_opened")
-                and app.status is AppStatus.RUNNING
+                and app.is_live
                 and app.worker is not None
                 and app.worker is not _worker
             ):
                 del self.pending[app_id]
                 self._recovery(fid, app)
-
-    def _recovery(self, fid: str, app: AppRecord, ok: bool = True) -> None:
-        """Record that ``app`` serves again after fault ``fid`` (its state, if it does)."""
-        started = self.inject_times.pop(fid, time.monotonic())
-        self._write(
-            EventKind.RECOVERY,
-            fault=fid,
-            app=app.app_id,
-            what="worker",
-            seconds=round(time.monotonic() - started, 4),
-            ok=ok,
-        )
-        if ok:
-            self._state(app, "recovered", fault=fid)
-
-    def _write(self, kind: EventKind, **fields: Any) -> None:
-        if kind is EventKind.FAULT and fields.get("phase") == "inject":
-            self.inject_times.setdefault(fields["fault"], time.monotonic())
-        try:
-            self.writer.append(kind, **fields)
-        except AotuiError as exc:  # a full history disk must not take the desktop down
-            log.warning("chaos history: %s", exc.message)
 
 
 def _parse(params: dict[str, Any]) -> list[Command]:
@@ -687,20 +390,3 @@ def _interface(params: dict[str, Any], session: str | None) -> str:
     if isinstance(owner, str) or "command" in params:
         return "python"
     return "cli"
-
-
-def _failure(fid: str, code: str, app: AppRecord, command: Command | None) -> AotuiError:
-    what = f"{command.target} on {app.app_id} ({app.name})" if command else app.app_id
-    if code == "E_TIMEOUT":
-        return AotuiError(
-            ErrorCode.E_TIMEOUT,
-            f"{what} did not finish within its deadline and took no effect (chaos fault {fid}); "
-            f"pull a snapshot, then retry if you still want it",
-            {"app": app.app_id, "outcome": "not applied", "fault": fid},
-        )
-    return AotuiError(
-        ErrorCode.E_APP_ERROR,
-        f"{what} failed inside the app and took no effect (chaos fault {fid}); pull a snapshot "
-        f"before trying again",
-        {"app": app.app_id, "outcome": "not applied", "fault": fid},
-    )

@@ -28,6 +28,7 @@ import psutil
 
 from aotui.protocol.errors import AotuiError
 from aotui.supervisor.chaos.history import (
+    CommandEvent,
     EventKind,
     FaultEvent,
     FaultPhase,
@@ -163,7 +164,12 @@ class ChaosRun:
     ) -> int:
         setup = self.workdir / f"chaos-{len(self.supervisors)}.json"
         ChaosSetup(
-            self.plan.to_plain(), str(self.history), writer.epoch, recovering, killed_at
+            self.plan.to_plain(),
+            str(self.history),
+            writer.epoch,
+            recovering,
+            killed_at,
+            generation=len(self.supervisors),
         ).write(setup)
         env = {**self.env(), CHAOS_ENV: str(setup)}
         command = [
@@ -217,6 +223,7 @@ class ChaosRun:
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGKILL)
         process.wait()
+        self._unanswered(writer, fid)
         try:
             pid = self._start_supervisor(writer, recovering=fid, killed_at=killed_at)
         except AotuiError as exc:
@@ -237,6 +244,27 @@ class ChaosRun:
             where="status",
             text=f"supervisor pid {process.pid} gone; pid {pid} serves",
         )
+
+    def _unanswered(self, writer: HistoryWriter, fid: str) -> None:
+        """The commands the killed supervisor never answered: what their agent got instead."""
+        try:
+            events = load_history(self.history).events
+        except AotuiError:
+            return
+        replied = {e.id for e in events if isinstance(e, ReplyEvent)}
+        for command in events:
+            if isinstance(command, CommandEvent) and command.id not in replied:
+                # It may or may not have taken effect before the kill: the outcome is unknown.
+                writer.append(
+                    EventKind.REPLY,
+                    id=command.id,
+                    ok=False,
+                    code="E_UNAVAILABLE",
+                    message=f"the desktop was killed (chaos fault {fid}) before it answered",
+                    recoverable=True,
+                    outcome="unknown",
+                    src="runner",
+                )
 
     def _stop_supervisor(self) -> None:
         process = self.supervisors[-1] if self.supervisors else None
