@@ -466,3 +466,15 @@ def test_a_long_run_is_judged_in_near_linear_time(tmp_path: Path) -> None:
     report = check_history(history)
     assert time.process_time() - started < 1.0
     assert report.verdicts[0].summary == "10000 commands, 10000 replies"
+
+
+@pytest.mark.parametrize(("after", "status"), [("d1", Status.PASS), ("d2", Status.FAIL)])
+def test_error_judged_when_the_supervisor_writes_the_ack_state_before_its_reply(
+    tmp_path: Path, after: str, status: Status
+) -> None:
+    # The supervisor's order: the acknowledged command's state, then its reply. That reply is
+    # not a change after the state (its effect is in it), so the error after it is judged.
+    r = Recorder().command("c1").state("d1", command="c1").reply("c1")
+    r.command("c2").reply("c2", ok=False).state(after, basis="recovered").end()
+    v = verdict(r, tmp_path, CheckName.ERROR_MEANS_NO_EFFECT)
+    assert (v.status, v.summary) == (status, "1 error replies with states on both sides")

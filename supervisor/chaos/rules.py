@@ -1,8 +1,8 @@
 """The eight invariants of a chaos history, each a function from an indexed run to a verdict.
 
 docs/chaos.md states each rule and what its failure means. Events are judged in time order; the
-lookups the rules repeat (an app's states around a time, what changed an app between two times)
-are bisections in per-app timelines, so a long run is judged in O(n log n).
+lookups the rules repeat (an app's states around an event, what changed an app between two
+events) are bisections in per-app timelines, so a long run is judged in O(n log n).
 """
 
 from __future__ import annotations
@@ -56,37 +56,41 @@ STATE_CHANGING_FAULTS = frozenset({FaultType.DRIFT, FaultType.LIE})
 _E = TypeVar("_E", bound=Event)
 
 
+def _key(event: Event) -> tuple[float, int]:
+    """An event's place in the run: its time, then its line (writers may share a timestamp)."""
+    return (event.t, event.line)
+
+
 @dataclass
 class _Timeline(Generic[_E]):
-    """Events in time order, searchable by time."""
+    """Events in history order, searchable by place."""
 
     events: list[_E] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)
+    keys: list[tuple[float, int]] = field(default_factory=list)
 
     def add(self, event: _E) -> None:
-        self.events.append(event)  # callers add in time order
-        self.times.append(event.t)
+        self.events.append(event)  # callers add in history order
+        self.keys.append(_key(event))
 
-    def last_until(self, t: float) -> _E | None:
-        """The last event at or before ``t``."""
-        i = bisect.bisect_right(self.times, t)
+    def last_before(self, event: Event) -> _E | None:
+        """The last event before ``event``."""
+        i = bisect.bisect_left(self.keys, _key(event))
         return self.events[i - 1] if i else None
 
-    def from_(self, t: float, inclusive: bool = True) -> list[_E]:
-        """The events at or after ``t`` (after it, if not ``inclusive``)."""
-        cut = bisect.bisect_left if inclusive else bisect.bisect_right
-        return self.events[cut(self.times, t) :]
-
-    def first_after(self, t: float) -> _E | None:
-        """The first event strictly after ``t``."""
-        i = bisect.bisect_right(self.times, t)
+    def first_after(self, event: Event) -> _E | None:
+        """The first event after ``event``."""
+        i = bisect.bisect_right(self.keys, _key(event))
         return self.events[i] if i < len(self.events) else None
 
-    def any_between(self, start: float, end: float, inclusive: bool) -> bool:
-        """Whether an event lies between ``start`` and ``end`` (ends included if ``inclusive``)."""
-        if inclusive:
-            return bisect.bisect_left(self.times, start) < bisect.bisect_right(self.times, end)
-        return bisect.bisect_right(self.times, start) < bisect.bisect_left(self.times, end)
+    def after(self, event: Event) -> list[_E]:
+        """The events after ``event``."""
+        return self.events[bisect.bisect_right(self.keys, _key(event)) :]
+
+    def any_between(self, first: Event, last: Event) -> bool:
+        """Whether an event lies strictly between ``first`` and ``last``."""
+        return bisect.bisect_right(self.keys, _key(first)) < bisect.bisect_left(
+            self.keys, _key(last)
+        )
 
 
 @dataclass
@@ -99,10 +103,11 @@ class _PerApp(Generic[_E]):
     def add(self, app: str | None, event: _E) -> None:
         (self.any_app if app is None else self.apps[app]).add(event)
 
-    def any_between(self, app: str, start: float, end: float, inclusive: bool) -> bool:
+    def any_between(self, app: str, first: Event, last: Event) -> bool:
+        """Whether an event on ``app`` (or on any app) lies strictly between two events."""
         timeline = self.apps.get(app)
-        return self.any_app.any_between(start, end, inclusive) or (
-            timeline is not None and timeline.any_between(start, end, inclusive)
+        return self.any_app.any_between(first, last) or (
+            timeline is not None and timeline.any_between(first, last)
         )
 
 
@@ -131,7 +136,9 @@ class IndexedRun:
     @classmethod
     def index(cls, history: History) -> IndexedRun:
         """Index ``history``; several processes append to one file, so sort by time, then line."""
-        run = cls(sorted(history.events, key=lambda e: (e.t, e.line)))
+        run = cls(sorted(history.events, key=_key))
+        acked_by_command: dict[str, StateEvent] = {}
+        changes: list[tuple[str | None, Event]] = []
         for event in run.events:
             run.by_kind[type(event)].append(event)
             if isinstance(event, CommandEvent):
@@ -140,7 +147,9 @@ class IndexedRun:
             elif isinstance(event, ReplyEvent):
                 run.replies[event.id].append(event)
                 if event.outcome is not Outcome.NONE:
-                    run.changes.add(run.app_of(event), event)
+                    # The supervisor records a command's ack state just before its reply: the
+                    # effect is in the run from that state on, not from the reply.
+                    changes.append((run.app_of(event), acked_by_command.get(event.id, event)))
                 if not event.ok:
                     run.error_replies.add(event)
             elif isinstance(event, StateEvent):
@@ -149,14 +158,18 @@ class IndexedRun:
                     run.acked[event.app].add(event)
                 if event.basis is StateBasis.RECOVERED:
                     run.recovered[event.app].add(event)
+                if event.basis is StateBasis.ACK and event.command is not None:
+                    acked_by_command.setdefault(event.command, event)
             elif isinstance(event, FaultEvent):
                 target = run.injects if event.phase is FaultPhase.INJECT else run.clears
                 target.setdefault(event.fault, event)
                 if event.type in STATE_CHANGING_FAULTS:
                     run.touches.add(event.target.app, event)
-                    run.changes.add(event.target.app, event)
+                    changes.append((event.target.app, event))
             elif isinstance(event, RunEvent) and event.phase is RunPhase.START:
                 run.plan = event.plan
+        for app, change in sorted(changes, key=lambda pair: _key(pair[1])):
+            run.changes.add(app, change)
         return run
 
     def of(self, kind: type[_E]) -> list[_E]:
@@ -224,7 +237,7 @@ def no_acknowledged_effect_lost(run: IndexedRun) -> Verdict:
     for recovery in run.of(RecoveryEvent):
         apps = [recovery.app] if recovery.app is not None else sorted(run.states)
         for app in apps:
-            acked = run.acked[app].last_until(recovery.t)
+            acked = run.acked[app].last_before(recovery)
             if acked is None:
                 continue  # nothing acknowledged before: nothing to lose
             judged += 1
@@ -235,7 +248,7 @@ def no_acknowledged_effect_lost(run: IndexedRun) -> Verdict:
             after = next(
                 (
                     s
-                    for s in run.recovered[app].from_(recovery.t)
+                    for s in run.recovered[app].after(recovery)
                     if recovery.fault is None or s.fault in (None, recovery.fault)
                 ),
                 None,
@@ -254,8 +267,8 @@ def no_acknowledged_effect_lost(run: IndexedRun) -> Verdict:
                 )
     for app in sorted(run.states):
         for final in (s for s in run.states[app].events if s.basis is StateBasis.FINAL):
-            reference = run.acked[app].last_until(final.t)
-            if reference is None or run.touches.any_between(app, reference.t, final.t, False):
+            reference = run.acked[app].last_before(final)
+            if reference is None or run.touches.any_between(app, reference, final):
                 continue
             judged += 1
             if final.digest != reference.digest:
@@ -278,12 +291,12 @@ def error_means_no_effect(run: IndexedRun) -> Verdict:
         app = run.app_of(reply)
         if reply.outcome is not Outcome.NONE or app is None:
             continue
-        before = run.states[app].last_until(reply.t)
-        after = run.states[app].first_after(reply.t)
+        before = run.states[app].last_before(reply)
+        after = run.states[app].first_after(reply)
         if before is None or after is None:
             continue
         # Another applied command, a drift or a lie between the two states explains a change.
-        if run.changes.any_between(app, before.t, after.t, True):
+        if run.changes.any_between(app, before, after):
             continue
         judged += 1
         if before.digest != after.digest:
@@ -391,7 +404,7 @@ def faults_visible(run: IndexedRun) -> Verdict:
 def _error_reply_during(run: IndexedRun, inject: FaultEvent) -> bool:
     """An error reply to a command on the fault's target, sent before the fault was cleared."""
     clear = run.clears.get(inject.fault)
-    for reply in run.error_replies.from_(inject.t):
+    for reply in run.error_replies.after(inject):
         command = run.commands.get(reply.id)
         if command is None or (clear is not None and command.t > clear.t):
             continue
