@@ -202,3 +202,17 @@ def test_the_docs_picture_is_what_the_documented_command_draws(
         f"{committed.relative_to(REPO)} is stale: run `{' '.join(documented_report_command())}`"
         " from the repository root"
     )
+
+
+def test_a_fault_never_cleared_ends_at_its_recovery(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    lines = [
+        line(0.0, "fault", fault="k1", type="kill_worker", phase="inject", target={"app": "a"}),
+        line(2.0, "recovery", fault="k1", app="a", what="worker", seconds=2.0, ok=True),
+        line(10.0, "run", phase="end", agent_exit=0, leftover_pids=[], duration=10.0),
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    root = parse(timeline_svg(load_history(path).events))
+    (fault,) = [e for e in root.iter(f"{SVG}rect") if e.get("class") == "fault"]
+    assert float(fault.get("width", "")) == pytest.approx((960 - 120 - 20) * 2 / 10, abs=0.5)
+    assert "0.00-2.00s (until its recovery)" in str(fault.findtext(f"{SVG}title"))

@@ -132,7 +132,10 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
         e.fault: e for e in events if isinstance(e, FaultEvent) and e.phase is FaultPhase.CLEAR
     }
     injects = [e for e in events if isinstance(e, FaultEvent) and e.phase is FaultPhase.INJECT]
-    spans = [(f.t, clears[f.fault].t if f.fault in clears else end_t) for f in injects]
+    # An instant fault (a kill) is never cleared: its span ends when the desktop served again.
+    recovered = {e.fault: e.t for e in events if isinstance(e, RecoveryEvent) and e.fault}
+    ends = {**recovered, **{fault: clear.t for fault, clear in clears.items()}}
+    spans = [(f.t, max(f.t, ends.get(f.fault, end_t))) for f in injects]
     rows = _fault_rows(spans)
     fault_rows = max(rows, default=0) + 1
 
@@ -174,7 +177,13 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
 
     group = _el(svg, "g", class_="faults")
     for fault, (start, stop), row in zip(injects, spans, rows, strict=True):
-        clear = " (not cleared)" if fault.fault not in clears else ""
+        clear = (
+            ""
+            if fault.fault in clears
+            else " (until its recovery)"
+            if fault.fault in recovered
+            else " (not cleared)"
+        )
         target = ", ".join(f"{k}={v}" for k, v in vars(fault.target).items() if v is not None)
         _titled(
             group,
