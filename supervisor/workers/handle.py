@@ -11,6 +11,10 @@ over :data:`MAX_WORKER_FRAME` before allocating them (``ZMQ_MAXMSGSIZE``; ZeroMQ
 connection, which the monitor reports as a violation), every other protocol violation — a reply of
 the wrong type included — kills only this worker, and every string it sends back is sanitized
 before it can reach the agent.
+
+A fault of the supervisor's own while reading (a bug in dispatch or in what it calls) is not the
+worker's doing: it reaches ``on_fault`` with its traceback, which logs it and kills the app as a
+crash, rather than ending the reader in silence (the app would later die as a "timeout").
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import logging
 import os
 import time
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -42,7 +49,15 @@ from aotui.protocol.messages import (
 )
 from aotui.protocol.structure import sanitize
 
-__all__ = ["MAX_WORKER_FRAME", "WORKER_QUEUE_FRAMES", "WorkerHandle", "describe_exit"]
+__all__ = [
+    "MAX_WORKER_FRAME",
+    "WORKER_QUEUE_FRAMES",
+    "WorkerHandle",
+    "describe_exit",
+    "describe_fault",
+]
+
+log = logging.getLogger("aotui.supervisor")
 
 #: Largest frame a worker may send (the codec's one frame-size limit); anything bigger is refused
 #: by ZeroMQ before it allocates, and is a protocol violation.
@@ -90,12 +105,15 @@ class WorkerHandle:
         on_message: Callable[[WorkerHandle, Message], None],
         on_violation: Callable[[WorkerHandle, AotuiError], None],
         http_threads: int = 4,
+        on_fault: Callable[[WorkerHandle, Exception], None] | None = None,
     ) -> None:
         self.app_id = app_id
         self.endpoint = endpoint
         self.sock = sock
         self.on_message = on_message
         self.on_violation = on_violation
+        #: Told of a bug of ours met while reading this channel (after it is logged).
+        self.on_fault = on_fault
         self.pid: int | None = None
         #: The worker's stdout/stderr capture (an ``AppLog``), closed at EOF.
         self.output: Any = None
@@ -276,8 +294,22 @@ class WorkerHandle:
                 message = codec.decode(frame)
                 self._dispatch(message)
             except AotuiError as exc:
-                self.on_violation(self, exc)
+                if exc.code is ErrorCode.E_INTERNAL:  # the codec's own bug, not the worker's
+                    self._fault(exc.__cause__ if isinstance(exc.__cause__, Exception) else exc)
+                else:
+                    self.on_violation(self, exc)
                 return
+            except Exception as exc:  # a bug of ours: reported, never the reader ending unseen
+                self._fault(exc)
+                return
+
+    def _fault(self, exc: Exception) -> None:
+        """Log a bug met while reading (traceback to supervisor.log) and hand it to ``on_fault``."""
+        log.error("%s: reading its channel failed", self.app_id, exc_info=exc)
+        if self.on_fault is not None:
+            self.on_fault(self, exc)
+        else:
+            self.fail_pending(AotuiError(ErrorCode.E_INTERNAL, describe_fault(self.app_id, exc)))
 
     def _dispatch(self, message: Message) -> None:
         """Route one frame; anything a worker may not send is a violation (raises)."""
@@ -317,10 +349,15 @@ class WorkerHandle:
         self.closed = True
         self.fail_pending(AotuiError(ErrorCode.E_APP_ERROR, f"{self.app_id} stopped"))
         for task in (self._reader, self._watcher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            if task is None:
+                continue
+            task.cancel()
+            await asyncio.wait([task])
+            if not task.cancelled() and task.exception() is not None:
+                # on_fault itself failed: still a bug to see, but closing must go on.
+                log.error(
+                    "%s: %s ended in error", self.app_id, task.get_name(), exc_info=task.exception()
+                )
         if self._monitor is not None:
             with contextlib.suppress(zmq.ZMQError):
                 self.sock.disable_monitor()
@@ -380,6 +417,17 @@ def _app_data(reply: ErrorReply) -> dict[str, Any]:
         elif isinstance(value, str):
             data[key] = sanitize(value, limit=200)
     return data
+
+
+def describe_fault(app_id: str, exc: BaseException) -> str:
+    """One line naming a supervisor bug and where it happened (the full traceback is logged)."""
+    frames = traceback.extract_tb(exc.__traceback__)[::-1][:4]  # innermost first
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames)
+    return (
+        f"the supervisor failed reading {app_id}'s channel ({type(exc).__name__}: "
+        f"{str(exc)[:200]}{' at ' + where if where else ''}); a bug of the desktop, not the "
+        f"app's: the full traceback is in supervisor.log"
+    )
 
 
 def describe_exit(exit_code: int | None, signal: int | None) -> str:

@@ -59,6 +59,7 @@ from aotui.supervisor.workers.handle import (
     WORKER_QUEUE_FRAMES,
     WorkerHandle,
     describe_exit,
+    describe_fault,
 )
 from aotui.supervisor.workers.launcher import ZygoteLauncher
 from aotui.supervisor.workers.restart import RestartDecision, RestartPolicy, RestartTracker
@@ -296,7 +297,13 @@ class AppRunner:
             sock.setsockopt(zmq.RCVHWM, WORKER_QUEUE_FRAMES)
             sock.connect(endpoint)
             handle = WorkerHandle(
-                app.app_id, endpoint, sock, self._message, self._violation, BROKER_THREADS_PER_APP
+                app.app_id,
+                endpoint,
+                sock,
+                self._message,
+                self._violation,
+                BROKER_THREADS_PER_APP,
+                on_fault=self._fault,
             )
             handle.start()
             app.worker = handle
@@ -517,6 +524,15 @@ class AppRunner:
         what = f"{app.name} broke the channel protocol ({error.message}); killing it."
         self.log(what, app.app_id)
         self.kill(app, "protocol violation")
+
+    def _fault(self, worker: WorkerHandle, exc: Exception) -> None:
+        """A bug of ours reading ``worker``'s channel: say so and restart the app from its
+        acknowledged state, rather than leave it unread until a request times out."""
+        app = self._app_of(worker)
+        if app is None:
+            return
+        self.log(f"{app.name}: {describe_fault(app.app_id, exc)}; killing it.", app.app_id)
+        self.kill(app, "supervisor error")
 
     def _exited(self, exited: Exited) -> None:
         app = next((a for a in self.apps() if a.worker and a.worker.pid == exited.pid), None)
