@@ -75,14 +75,8 @@ NO_SESSION = (
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Start a desktop (foreground, or detached and wait until it answers)."""
-    import subprocess
-
     from aotui.supervisor.config import load_config
-    from aotui.supervisor.store.faults import StoreHeld
-    from aotui.supervisor.store.lock import StoreLock, lock_holder
-    from aotui.supervisor.store.repair import aside
-    from aotui.supervisor.store.store import DesktopStore, identity_path
-    from aotui.supervisor.workers.launcher import prestart
+    from aotui.supervisor.workers.zygote_start import prestart
 
     # --desktop wins over the config file's ``desktop =``, which wins over "default".
     config = load_config(args.config, desktop=args.desktop)
@@ -98,6 +92,19 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"desktop {config.desktop!r} is already running (pid {running['pid']})",
         )
     _check_data_home(config.desktop)
+    if not args.detach:
+        # The zygote now, before the store's and the server's imports: its own start (~140 ms)
+        # overlaps them. A check below that refuses exits us, and the zygote with us.
+        paths.create()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        prestart(os.open(paths.log, flags, 0o600))
+    import subprocess
+
+    from aotui.supervisor.store.faults import StoreHeld
+    from aotui.supervisor.store.lock import StoreLock, lock_holder
+    from aotui.supervisor.store.repair import aside
+    from aotui.supervisor.store.store import DesktopStore, identity_path
+
     stored = store_path(config.desktop)
     holder = lock_holder(stored)
     if holder is not None:  # also when that supervisor is frozen and answers nothing
@@ -141,10 +148,6 @@ def cmd_up(args: argparse.Namespace) -> int:
                 raise DesktopUnavailable(f"the desktop did not start in 30 s; see {paths.log}")
         _emit(args, info, f"desktop {config.desktop!r} up (pid {info['pid']}) at {paths.root}")
         return 0
-    # Start the zygote first: its imports (pyzmq, lxml, the SDK) overlap ours.
-    paths.create()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    prestart(os.open(paths.log, flags, 0o600))
     import asyncio
     import logging
 

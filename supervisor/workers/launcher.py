@@ -19,39 +19,15 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from typing import IO, Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Exited, Launch, Launched, Message
 from aotui.protocol.stream import FrameReader, write_frame
+from aotui.supervisor.workers.zygote_start import spawn, take_prestarted
 
 __all__ = ["ZygoteLauncher"]
-
-
-#: A zygote started before the supervisor's own imports (see :func:`prestart`).
-_prestarted: tuple[subprocess.Popen[bytes], socket.socket] | None = None
-
-
-def _spawn(log: IO[bytes] | int | None) -> tuple[subprocess.Popen[bytes], socket.socket]:
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aotui.sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
-        pass_fds=(theirs.fileno(),),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
-    theirs.close()
-    return process, ours
-
-
-def prestart(log: IO[bytes] | int | None = None) -> None:
-    """Start the zygote now (from the main thread), so its imports overlap the supervisor's."""
-    global _prestarted
-    if _prestarted is None:
-        _prestarted = _spawn(log)
 
 
 class ZygoteLauncher:
@@ -77,12 +53,8 @@ class ZygoteLauncher:
 
     def start(self) -> None:
         """Start the zygote (call from the main thread, inside the running loop)."""
-        global _prestarted
-        if _prestarted is not None and _prestarted[0].poll() is None:
-            self.process, ours = _prestarted
-        else:
-            self.process, ours = _spawn(self.log)
-        _prestarted = None
+        prestarted = take_prestarted()
+        self.process, ours = prestarted if prestarted is not None else spawn(self.log)
         self.reader = FrameReader()
         ours.setblocking(False)
         self.sock = ours
