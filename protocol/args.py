@@ -245,25 +245,42 @@ def _coerce_scalar(param: Param, value: str | bool) -> Any:
             return value
         raise _mismatch(param, value, "a string")
     if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        flag = _BOOLEANS.get(value.strip().lower())
-        if flag is None:
-            raise _mismatch(param, value, "a boolean (true/false, yes/no, on/off, 1/0)")
-        return flag
+        return _coerce_boolean(param, value)
     text = value.strip() if isinstance(value, str) else ""
     if kind == "integer":
-        if _INTEGER.fullmatch(text):
-            try:
-                return int(text)
-            except ValueError:  # past the interpreter's digit limit
-                pass
-        raise _mismatch(param, value, "an integer")
+        integer = _as_integer(text)
+        if integer is None:
+            raise _mismatch(param, value, "an integer")
+        return integer
+    return _coerce_number(param, value, text)
+
+
+def _coerce_boolean(param: Param, value: str | bool) -> bool:
+    """A boolean argument: a bare flag, or one of the accepted words."""
+    if isinstance(value, bool):
+        return value
+    flag = _BOOLEANS.get(value.strip().lower())
+    if flag is None:
+        raise _mismatch(param, value, "a boolean (true/false, yes/no, on/off, 1/0)")
+    return flag
+
+
+def _as_integer(text: str) -> int | None:
+    """``text`` as an int, or None when it is not one (or is past the interpreter's digit limit)."""
+    if not _INTEGER.fullmatch(text):
+        return None
+    try:
+        return int(text)
+    except ValueError:  # past the interpreter's digit limit
+        return None
+
+
+def _coerce_number(param: Param, value: str | bool, text: str) -> int | float:
+    """A number argument: an integer stays an int, a decimal must be finite."""
     if _INTEGER.fullmatch(text):
-        try:
-            return int(text)
-        except ValueError:
-            pass
+        integer = _as_integer(text)
+        if integer is not None:
+            return integer
     elif _NUMBER.fullmatch(text):
         number = float(text)
         if math.isfinite(number):

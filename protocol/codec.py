@@ -374,43 +374,59 @@ class Codec:
         nodes = {field.name: self._node(hints[field.name], decoding)[0] for field in fields}
         missing = dataclasses.MISSING
         required = {f.name for f in fields if f.default is missing and f.default_factory is missing}
-        name, max_depth = cls.__name__, self.max_depth
+        if decoding:
+            return _record_decoder(cls, nodes, required, self.max_depth)
+        return _record_encoder(cls, nodes, self.max_depth)
 
-        def decode_record(value: Any, depth: int) -> Any:
-            if type(value) is not dict:
-                raise _Refused.wrong_type(f"a {name} map", value)
-            if depth > max_depth:
-                raise _Refused("too_deep", f"nesting deeper than max_depth {max_depth}")
-            kwargs = {}
-            for key, element in value.items():
-                convert = nodes.get(key)
-                if convert is None:
-                    raise _Refused("unknown_field", f"{name} has no field {key!r:.40}")
-                try:
-                    kwargs[key] = convert(element, depth + 1)
-                except _Refused as refused:
-                    refused.at(f".{key}")
-                    raise
-            if len(kwargs) < len(nodes) and not required <= kwargs.keys():
-                absent = ", ".join(sorted(required - kwargs.keys()))
-                raise _Refused("missing_field", f"{name} lacks required field(s) {absent}")
-            return cls(**kwargs)
 
-        def encode_record(value: Any, depth: int) -> Any:
-            if type(value) is not cls:
-                raise _Refused.wrong_type(name, value)
-            if depth > max_depth:
-                raise _Refused("too_deep", f"nesting deeper than max_depth {max_depth}")
-            out = {}
-            for key, convert in nodes.items():
-                try:
-                    out[key] = convert(getattr(value, key), depth + 1)
-                except _Refused as refused:
-                    refused.at(f".{key}")
-                    raise
-            return out
+def _record_decoder(
+    cls: type, nodes: dict[str, _Convert], required: set[str], max_depth: int
+) -> _Convert:
+    """The converter from a wire map to a ``cls`` record, field by field."""
+    name = cls.__name__
 
-        return decode_record if decoding else encode_record
+    def decode_record(value: Any, depth: int) -> Any:
+        if type(value) is not dict:
+            raise _Refused.wrong_type(f"a {name} map", value)
+        if depth > max_depth:
+            raise _Refused("too_deep", f"nesting deeper than max_depth {max_depth}")
+        kwargs = {}
+        for key, element in value.items():
+            convert = nodes.get(key)
+            if convert is None:
+                raise _Refused("unknown_field", f"{name} has no field {key!r:.40}")
+            try:
+                kwargs[key] = convert(element, depth + 1)
+            except _Refused as refused:
+                refused.at(f".{key}")
+                raise
+        if len(kwargs) < len(nodes) and not required <= kwargs.keys():
+            absent = ", ".join(sorted(required - kwargs.keys()))
+            raise _Refused("missing_field", f"{name} lacks required field(s) {absent}")
+        return cls(**kwargs)
+
+    return decode_record
+
+
+def _record_encoder(cls: type, nodes: dict[str, _Convert], max_depth: int) -> _Convert:
+    """The converter from a ``cls`` record to its wire map, field by field."""
+    name = cls.__name__
+
+    def encode_record(value: Any, depth: int) -> Any:
+        if type(value) is not cls:
+            raise _Refused.wrong_type(name, value)
+        if depth > max_depth:
+            raise _Refused("too_deep", f"nesting deeper than max_depth {max_depth}")
+        out = {}
+        for key, convert in nodes.items():
+            try:
+                out[key] = convert(getattr(value, key), depth + 1)
+            except _Refused as refused:
+                refused.at(f".{key}")
+                raise
+        return out
+
+    return encode_record
 
 
 _DEFAULT = Codec()

@@ -32,6 +32,25 @@ _COUNT_WIDTHS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
 _MAX_MARKERS = 512
 
 
+def _fixed_step(byte: int) -> tuple[int, int] | None:
+    """Bytes to skip and items opened by a header whose first byte says both, else None."""
+    if byte < 0x80 or byte >= 0xE0:  # positive and negative fixint
+        return 1, -1
+    if byte < 0x90:  # fixmap: two items per entry
+        return 1, (byte & 0x0F) * 2
+    if byte < 0xA0:  # fixarray
+        return 1, byte & 0x0F
+    if byte < 0xC0:  # fixstr
+        return 1 + (byte & 0x1F), -1
+    if byte in _FIXED_SIZES:
+        return _FIXED_SIZES[byte], -1
+    return None
+
+
+# By first byte: (bytes to skip, items opened or -1), or None when the header carries a length.
+_STEPS = [_fixed_step(byte) for byte in range(256)]
+
+
 def claims_fit(frame: bytes, cap: int) -> bool:
     """Whether all bytes that could open an array16/32 claim, together, fewer items than bytes."""
     budget, markers = len(frame), 0
@@ -60,27 +79,12 @@ def scan(frame: bytes, max_depth: int) -> None:
         # Each owed item takes a byte at least, which bounds what msgpack will allocate.
         if total > end - pos:
             raise FrameRefused("malformed", "headers claim more items than the frame has bytes")
-        byte, count = frame[pos], -1
+        byte = frame[pos]
         owed[-1] -= 1
         total -= 1
-        if byte < 0x80 or byte >= 0xE0:
-            pos += 1
-        elif byte < 0xA0:
-            count = (byte & 0x0F) * (2 if byte < 0x90 else 1)
-            pos += 1
-        elif byte < 0xC0:
-            pos += 1 + (byte & 0x1F)
-        elif byte in _FIXED_SIZES:
-            pos += _FIXED_SIZES[byte]
-        elif byte in _LENGTH_WIDTHS:
-            width = _LENGTH_WIDTHS[byte]
-            pos += 1 + width + int.from_bytes(frame[pos + 1 : pos + 1 + width], "big")
-        elif byte in _COUNT_WIDTHS:
-            width, per_entry = _COUNT_WIDTHS[byte]
-            count = per_entry * int.from_bytes(frame[pos + 1 : pos + 1 + width], "big")
-            pos += 1 + width
-        else:
-            raise FrameRefused("ext_type", f"byte 0x{byte:02x} (ext or reserved) is not allowed")
+        step = _STEPS[byte]
+        skip, count = step if step is not None else _counted_step(frame, pos, byte)
+        pos += skip
         if count >= 0:
             if len(owed) > max_depth:
                 raise FrameRefused("too_deep", f"nesting deeper than max_depth {max_depth}")
@@ -88,3 +92,14 @@ def scan(frame: bytes, max_depth: int) -> None:
             total += count
     if pos != end:
         raise FrameRefused("malformed", "the frame's length does not match its contents")
+
+
+def _counted_step(frame: bytes, pos: int, byte: int) -> tuple[int, int]:
+    """Bytes to skip and items opened by a header that carries its length or count after it."""
+    if byte in _LENGTH_WIDTHS:
+        width = _LENGTH_WIDTHS[byte]
+        return 1 + width + int.from_bytes(frame[pos + 1 : pos + 1 + width], "big"), -1
+    if byte in _COUNT_WIDTHS:
+        width, per_entry = _COUNT_WIDTHS[byte]
+        return 1 + width, per_entry * int.from_bytes(frame[pos + 1 : pos + 1 + width], "big")
+    raise FrameRefused("ext_type", f"byte 0x{byte:02x} (ext or reserved) is not allowed")

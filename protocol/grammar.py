@@ -175,6 +175,26 @@ def parse_commands(text: str) -> list[Command]:
     return commands
 
 
+def _close_block(
+    kind: str | None, m: re.Match[str], where: _Where, start: int, any_command: bool
+) -> int:
+    """Where a block ends at its ``close`` token; a nested ``open`` or ``bad`` token is refused."""
+    if kind == "close":
+        if not any_command:
+            raise _error(
+                where, start,
+                f"the context block has no command; e.g. {COMMAND_FORMS['mount']}",
+            )  # fmt: skip
+        return m.end()
+    if kind == "open":
+        raise _error(
+            where, m.start(),
+            "a <context> cannot open inside another; close the first with </context>",
+            token="<context",
+        )  # fmt: skip
+    raise _bad_token(where, m.group(), m.start())
+
+
 def _parse_block(text: str, start: int, where: _Where, out: list[Command]) -> int:
     """Parse the block whose tag opens at ``start`` into ``out``; returns where the block ends."""
     tag = _OPEN_TAG.match(text, start)
@@ -216,21 +236,8 @@ def _parse_block(text: str, start: int, where: _Where, out: list[Command]) -> in
             cmd = _Where(text, where.block, len(out) - found + 1)
             out.append(_build_command(words, app_id, view_id, cmd))
             words = []
-        if kind == "close":
-            if len(out) == found:
-                raise _error(
-                    where, start,
-                    f"the context block has no command; e.g. {COMMAND_FORMS['mount']}",
-                )  # fmt: skip
-            return m.end()
-        if kind == "open":
-            raise _error(
-                where, m.start(),
-                "a <context> cannot open inside another; close the first with </context>",
-                token="<context",
-            )  # fmt: skip
-        if kind == "bad":
-            raise _bad_token(where, m.group(), m.start())
+        if kind != "sep":
+            return _close_block(kind, m, where, start, len(out) > found)
     raise _error(
         where, start,
         "the context block is never closed; end it with </context>", token="<context",
