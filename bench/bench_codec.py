@@ -75,7 +75,7 @@ def fragment_update_100kb() -> FragmentUpdate:
                 links=[ChildLink(f"thread:{v}-{i}", f"Thread {i}", "") for i in range(4)],
             )
         )
-    return FragmentUpdate(revision=812, views=views, removed=["conversation:old"])
+    return FragmentUpdate(views=views)
 
 
 def markdown_update_100kb() -> FragmentUpdate:
@@ -93,7 +93,7 @@ def markdown_update_100kb() -> FragmentUpdate:
         operations=[OperationSpec("edit", "Edit", "Edit a section", {"section": "ref"})],
         links=[],
     )
-    return FragmentUpdate(revision=5, views=[view], removed=[])
+    return FragmentUpdate(views=[view])
 
 
 def best_us(action: Callable[[], object], loops: int) -> float:

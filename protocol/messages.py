@@ -204,32 +204,28 @@ class Hello(Message):
 
     KIND: ClassVar[str] = "hello"
     pid: int
-    #: The SDK's protocol version, to refuse a mismatched worker early.
-    protocol: int
     #: The confinement layers active in this worker (``landlock``, ``seccomp``, …).
     layers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class FragmentUpdate(Message):
-    """The views that changed since the last update; sent before the ack that caused them."""
+    """The views that changed since the last update; sent before the ack that caused them.
+
+    Channel order is what makes an ack's effect visible (read-your-writes): no revision numbers.
+    """
 
     KIND: ClassVar[str] = "fragments"
-    #: Monotonic per worker; an ack names the revision that shows its effect.
-    revision: int
-    #: Changed or new views.
+    #: Changed or new views (a dismounted view is sent with ``mounted`` false, never dropped).
     views: list[ViewFragment]
-    #: Keys of views that no longer exist.
-    removed: list[str]
 
 
 @dataclass(frozen=True, slots=True)
 class Ack(Message):
-    """A request succeeded; ``revision`` is the first fragment revision that shows its effect."""
+    """A request succeeded; the fragment updates showing its effect were sent before it."""
 
     KIND: ClassVar[str] = "ack"
     request_id: int
-    revision: int
     #: The handler's return value (plain data), or ``None``.
     result: Any = None
     #: The app's serialized state after the operation, when the app provides a hook.

@@ -58,10 +58,7 @@ from aotui.sandbox.handles import reachable, real_names
 from aotui.sandbox.render import render_view
 from aotui.sandbox.sdk import App, OperationCall, View
 
-__all__ = ["PROTOCOL", "WorkerLoop", "run_worker"]
-
-#: Version of the worker ↔ supervisor conversation, sent in :class:`Hello`.
-PROTOCOL = 1
+__all__ = ["WorkerLoop", "run_worker"]
 
 #: How long a new worker waits for its :class:`Start` before giving up.
 START_TIMEOUT_S = 30.0
@@ -110,7 +107,6 @@ class WorkerLoop:
         self.app = app
         self.sock = sock
         self.wake_fd = wake_fd
-        self.revision = 0
         self.mounted: dict[str, View[Any]] = {}
         self.parents: dict[str, str | None] = {}
         self.sent: dict[str, ViewFragment] = {}
@@ -241,8 +237,7 @@ class WorkerLoop:
                 self.sent[key] = fragment
                 changed.append(fragment)
         if changed or force:
-            self.revision += 1
-            return FragmentUpdate(revision=self.revision, views=changed, removed=[])
+            return FragmentUpdate(views=changed)
         return None
 
     def view_inputs(self, key: str, view: View[Any]) -> Any:
@@ -322,7 +317,7 @@ class WorkerLoop:
                 self.reply_error(message.request_id, exc)
                 return
             self.flush()
-            self.send(Ack(request_id=message.request_id, revision=self.revision))
+            self.send(Ack(request_id=message.request_id))
         elif isinstance(message, Serialize):
             self.send(AppState(request_id=message.request_id, data=self.state()))
         elif isinstance(message, Shutdown):
@@ -367,7 +362,7 @@ class WorkerLoop:
         # must never be shown, nor kept.
         update = self.collect()
         data, changes, inputs = self.changed_state()
-        ack = Ack(message.request_id, self.revision, result, data, changes)
+        ack = Ack(message.request_id, result, data, changes)
         try:
             frame = codec.encode(ack)
         except AotuiError as exc:
@@ -571,7 +566,7 @@ def run_worker(
                 )
             )
             return 1
-        loop.send(Hello(pid=os.getpid(), protocol=PROTOCOL, layers=list(layers)))
+        loop.send(Hello(pid=os.getpid(), layers=list(layers)))
         loop.flush(force=True)
         loop.serve()
         return 0

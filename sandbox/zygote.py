@@ -194,15 +194,7 @@ def _reap(sock: socket.socket, apps: dict[int, str]) -> None:
 def main(argv: list[str]) -> int:
     """Serve launch requests on the inherited socket until the supervisor goes away."""
     fd, parent_pid = int(argv[0]), int(argv[1])
-    _preload()
-    if os.geteuid() == 0:
-        # Each worker drops to a per-app uid: name the modules once the way it will reach them.
-        handles.preroute(default_runtime_read())
-    # What the zygote holds now is shared by every worker: frozen, the collector never walks it,
-    # so a worker's collections do not copy those pages (its USS) nor spend time on them. No
-    # collection first: it would take ~25 ms for a few hundred objects, and free holes to copy.
-    gc.freeze()
-    gc.enable()
+    _prepare_shared_state()
     # SIGTERM, not SIGKILL: when the supervisor dies we still kill every worker's process group
     # (a worker's own children have no death signal of their own) before exiting.
     set_parent_death_signal(signal.SIGTERM)
@@ -213,9 +205,6 @@ def main(argv: list[str]) -> int:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    zygote_pid = os.getpid()
-    reader = FrameReader()
-    passed_fds: list[int] = []
     apps: dict[int, str] = {}  # worker pid → app id, to find its cgroups when it ends
 
     def orphaned(signum: int, frame: object) -> None:
@@ -226,6 +215,27 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, orphaned)
     cgroups.sweep_cgroups()  # what a zygote killed with its desktop could not remove
+    return _serve(sock, wake_r, apps)
+
+
+def _prepare_shared_state() -> None:
+    """Load and freeze what every worker forked from here shares."""
+    _preload()
+    if os.geteuid() == 0:
+        # Each worker drops to a per-app uid: name the modules once the way it will reach them.
+        handles.preroute(default_runtime_read())
+    # What the zygote holds now is shared by every worker: frozen, the collector never walks it,
+    # so a worker's collections do not copy those pages (its USS) nor spend time on them. No
+    # collection first: it would take ~25 ms for a few hundred objects, and free holes to copy.
+    gc.freeze()
+    gc.enable()
+
+
+def _serve(sock: socket.socket, wake_r: int, apps: dict[int, str]) -> int:
+    """Answer launch frames and reap ended workers; the exit status once the supervisor is gone."""
+    zygote_pid = os.getpid()
+    reader = FrameReader()
+    passed_fds: list[int] = []
     while True:
         try:
             ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
@@ -244,21 +254,32 @@ def main(argv: list[str]) -> int:
                 return 0
             for message in messages:
                 if isinstance(message, Launch):
-                    if len(passed_fds) < 2:
-                        error = "launch arrived without its channel and log descriptors"
-                        write_frame(sock, Launched(token=message.token, pid=0, error=error))
-                        continue
-                    channel_fd, log_fd = passed_fds.pop(0), passed_fds.pop(0)
-                    try:
-                        pid = _fork_worker(message, zygote_pid, channel_fd, log_fd)
-                    except OSError as exc:
-                        write_frame(sock, Launched(token=message.token, pid=0, error=str(exc)))
-                    else:
-                        apps[pid] = message.app
-                        write_frame(sock, Launched(token=message.token, pid=pid))
-                    finally:
-                        os.close(channel_fd)
-                        os.close(log_fd)
+                    _launch(sock, message, passed_fds, zygote_pid, apps)
+
+
+def _launch(
+    sock: socket.socket,
+    message: Launch,
+    passed_fds: list[int],
+    zygote_pid: int,
+    apps: dict[int, str],
+) -> None:
+    """Fork the worker one launch asks for, with the two descriptors passed along with it."""
+    if len(passed_fds) < 2:
+        error = "launch arrived without its channel and log descriptors"
+        write_frame(sock, Launched(token=message.token, pid=0, error=error))
+        return
+    channel_fd, log_fd = passed_fds.pop(0), passed_fds.pop(0)
+    try:
+        pid = _fork_worker(message, zygote_pid, channel_fd, log_fd)
+    except OSError as exc:
+        write_frame(sock, Launched(token=message.token, pid=0, error=str(exc)))
+    else:
+        apps[pid] = message.app
+        write_frame(sock, Launched(token=message.token, pid=pid))
+    finally:
+        os.close(channel_fd)
+        os.close(log_fd)
 
 
 if __name__ == "__main__":

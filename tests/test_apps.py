@@ -69,7 +69,7 @@ def render(view: View) -> RenderedView:
 
 def sent(value: Any) -> Any:
     """``value`` after the trip to the supervisor in an ack, as a handler result or app state."""
-    ack = codec.decode(codec.encode(Ack(request_id=1, revision=1, result=value)))
+    ack = codec.decode(codec.encode(Ack(request_id=1, result=value)))
     assert isinstance(ack, Ack)
     return ack.result
 

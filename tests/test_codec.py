@@ -81,9 +81,9 @@ EXAMPLES: dict[str, Message] = {
         Serialize(9),
         Ping(2**64 - 1),
         Shutdown("desktop closing"),
-        Hello(pid=4242, protocol=PROTOCOL_VERSION),
-        FragmentUpdate(revision=12, views=[VIEW], removed=["conversation:old"]),
-        Ack(request_id=41, revision=12, result={"sent": True}, state={"drafts": []}),
+        Hello(pid=4242),
+        FragmentUpdate(views=[VIEW]),
+        Ack(request_id=41, result={"sent": True}, state={"drafts": []}),
         AppState(request_id=9, data={"drafts": ["a", "b"], "ratio": -0.5, "blob": b"\x00\xff"}),
         Pong(-(2**63)),
         LogRecord("warning", "handler took 900 ms"),
@@ -302,12 +302,12 @@ def view_fields(**changes: object) -> dict[str, Any]:
         ("fragments", view_fields(mounted=1), "views[0].mounted"),  # bool
         ("fragments", view_fields(parent=7), "views[0].parent"),  # str | None
         ("exited", {"pid": 1, "exit_code": "0", "signal": None}, "exit_code"),  # int | None
-        ("fragments", {"revision": 1, "views": [], "removed": "old"}, "removed"),  # list
-        ("fragments", {"revision": 1, "views": [], "removed": ["a", 2]}, "removed[1]"),
+        ("hello", {"pid": 1, "layers": "landlock"}, "layers"),  # list
+        ("hello", {"pid": 1, "layers": ["landlock", 2]}, "layers[1]"),
         ("fragments", view_fields(keys={"k": 1}), "views[0].keys['k']"),  # dict[str, str]
         ("fragments", view_fields(keys=["k"]), "views[0].keys"),
         ("fragments", view_fields(refs=[]), "views[0].refs"),  # dict[str, Any]
-        ("fragments", {"revision": 1, "views": [1], "removed": []}, "views[0]"),  # record
+        ("fragments", {"views": [1]}, "views[0]"),  # record
         (
             "fragments",
             view_fields(links=[{"key": 1, "label": "", "description": ""}]),
@@ -318,6 +318,21 @@ def view_fields(**changes: object) -> dict[str, Any]:
 def test_wrong_type_is_refused_with_its_path(kind: str, fields: object, where: str) -> None:
     error = refused(frame(kind, fields), "wrong_type", kind=kind, field=where)
     assert f"field {where}:" in error.message
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "dead"),
+    [
+        ("hello", {"pid": 1, "protocol": 1}, "protocol"),
+        ("ack", {"request_id": 1, "revision": 3}, "revision"),
+        ("fragments", {"views": [], "revision": 3}, "revision"),
+        ("fragments", {"views": [], "removed": []}, "removed"),
+    ],
+)
+def test_dead_fields_are_gone_from_the_wire(kind: str, fields: object, dead: str) -> None:
+    """Fields nothing read (a version never compared, revisions, an always empty list)."""
+    error = refused(frame(kind, fields), "unknown_field", kind=kind)
+    assert repr(dead) in error.message
 
 
 def test_nested_record_of_the_wrong_shape_is_refused() -> None:
@@ -407,7 +422,7 @@ def test_wrong_field_types_do_not_encode() -> None:
     error = unencodable(Ping(True), "wrong_type")
     assert error.data == {"reason": "wrong_type", "kind": "ping", "field": "seq"}
     unencodable(Signal("d", math.nan, "x"), "wrong_type")
-    unencodable(FragmentUpdate(1, [VIEW, "view"], []), "wrong_type")  # type: ignore[list-item]
+    unencodable(FragmentUpdate([VIEW, "view"]), "wrong_type")  # type: ignore[list-item]
     unencodable(Exited(1, "0", None), "wrong_type")  # type: ignore[arg-type]
 
 

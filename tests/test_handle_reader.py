@@ -93,7 +93,7 @@ def test_a_bug_in_dispatch_reaches_on_fault_with_its_traceback(
 
         monkeypatch.setattr(WorkerHandle, "_dispatch", broken)
         caplog.set_level(logging.ERROR, "aotui.supervisor")
-        await channel.worker.send(codec.encode(Ack(1, 0)))
+        await channel.worker.send(codec.encode(Ack(1)))
         await asyncio.wait_for(channel.reported.wait(), 20)
         assert channel.violations == []
         assert [type(exc) for exc in channel.faults] == [KeyError]
@@ -117,7 +117,7 @@ def test_without_on_fault_a_bug_fails_waiting_requests_at_once(
             raise RuntimeError("injected dispatch bug")
 
         monkeypatch.setattr(WorkerHandle, "_dispatch", broken)
-        await channel.worker.send(codec.encode(Ack(1, 0)))
+        await channel.worker.send(codec.encode(Ack(1)))
         # Well before the request's own 20 s deadline: it is not left to time out.
         with pytest.raises(AotuiError) as caught:
             await asyncio.wait_for(request, 10)
@@ -162,7 +162,7 @@ def test_a_reply_still_answers_its_request(tmp_path: Path) -> None:
     async def scenario(channel: Channel) -> None:
         request = await _pending_request(channel.handle)
         request_id = next(iter(channel.handle.issued))
-        await channel.worker.send(codec.encode(Ack(request_id, 0)))
+        await channel.worker.send(codec.encode(Ack(request_id)))
         reply = await asyncio.wait_for(request, 10)
         assert isinstance(reply, Ack)
         assert reply.request_id == request_id

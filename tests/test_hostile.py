@@ -113,7 +113,7 @@ def test_a_1200_deep_chain_is_walked_without_recursion(monkeypatch: pytest.Monke
         _fragment(f"d{i}", None if i == 0 else f"d{i - 1}", f"level {i}", [f"d{i + 1}"])
         for i in range(depth - 1)
     ]
-    app = _record(FragmentUpdate(1, views, []))
+    app = _record(FragmentUpdate(views))
     assert len(app.views.nodes()) == depth  # the full walk, far past the recursion limit
     snap = build_snapshot([app], [], SnapshotBudget(view_depth=16, app_views=64))
     tree = snap.markdown[snap.markdown.index("## Application View Tree") :]
@@ -124,14 +124,14 @@ def test_a_1200_deep_chain_is_walked_without_recursion(monkeypatch: pytest.Monke
 
 def test_views_over_budget_become_markers_and_leave_the_ref_table() -> None:
     views = [_fragment("small", None, "tiny", []), _fragment("huge", None, "h" * 100_000, [])]
-    app = _record(FragmentUpdate(1, views, []))
+    app = _record(FragmentUpdate(views))
     snap = build_snapshot([app], [], SnapshotBudget(view_bytes=65536))
     assert "h" * 1000 not in snap.markdown
     assert "view_1 is 98 KB, over 64 KB a view; it is not shown" in snap.markdown
     assert ("app_1", "view_0") in snap.refs
     assert ("app_1", "view_1") not in snap.refs
     many = [_fragment(f"v{i}", None, "m" * 50_000, []) for i in range(10)]
-    app = _record(FragmentUpdate(1, many, []))
+    app = _record(FragmentUpdate(many))
     snap = build_snapshot([app], [], SnapshotBudget(app_bytes=200_000))
     assert snap.markdown.count("m" * 50_000) == 4
     assert snap.markdown.count("would take the app past 195 KB") == 6
@@ -140,7 +140,7 @@ def test_views_over_budget_become_markers_and_leave_the_ref_table() -> None:
 def test_the_desktop_budget_keeps_every_app_visible_and_named() -> None:
     apps = []
     for index in range(4):
-        app = _record(FragmentUpdate(1, [_fragment("v", None, "z" * 60_000, [])], []))
+        app = _record(FragmentUpdate([_fragment("v", None, "z" * 60_000, [])]))
         app.app_id = f"app_{index}"
         apps.append(app)
     snap = build_snapshot(apps, [], SnapshotBudget(total_bytes=150_000))
@@ -151,7 +151,7 @@ def test_the_desktop_budget_keeps_every_app_visible_and_named() -> None:
 
 
 def test_a_snapshot_answers_even_when_one_app_cannot_be_assembled() -> None:
-    broken = _record(FragmentUpdate(1, [_fragment("v", None, "fine", [])], []))
+    broken = _record(FragmentUpdate([_fragment("v", None, "fine", [])]))
     broken.views.sizes = None  # type: ignore[assignment]  # a fault we cannot cause for real
     heard: list[str] = []
     snap = build_snapshot([broken], [], on_failure=lambda app, exc: heard.append(app.app_id))
@@ -173,7 +173,7 @@ def test_fragment_budgets_refuse_the_update(
 ) -> None:
     app = _record()
     with pytest.raises(AotuiError) as refused:
-        app.views.apply(FragmentUpdate(1, build(), []))
+        app.views.apply(FragmentUpdate(build()))
     assert refused.value.code is ErrorCode.E_INVALID_CMD
     assert says in refused.value.message
 
@@ -181,8 +181,8 @@ def test_fragment_budgets_refuse_the_update(
 def test_fragments_are_charged_their_frame() -> None:
     app = _record()
     for index in range(8):
-        app.views.apply(FragmentUpdate(index, [_fragment(f"k{index}", None, "x", [])], []), 1 << 20)
-    last = FragmentUpdate(8, [_fragment("k8", None, "x", [])], [])
+        app.views.apply(FragmentUpdate([_fragment(f"k{index}", None, "x", [])]), 1 << 20)
+    last = FragmentUpdate([_fragment("k8", None, "x", [])])
     with pytest.raises(AotuiError):
         app.views.apply(last, frame_bytes=1 << 20)
 

@@ -26,11 +26,11 @@ Start = Callable[..., RunningDesktop]
 pytestmark = pytest.mark.timeout(60)
 
 
-def _page(revision: int, links: list[str]) -> FragmentUpdate:
+def _page(links: list[str]) -> FragmentUpdate:
     root = ViewFragment(
         "root", "Root", None, True, "r", {}, {}, {}, [], [ChildLink(k, k, "") for k in links]
     )
-    return FragmentUpdate(revision, [root], [])
+    return FragmentUpdate([root])
 
 
 def test_ten_thousand_views_shown_a_page_at_a_time_fit_and_stay_bounded() -> None:
@@ -38,7 +38,7 @@ def test_ten_thousand_views_shown_a_page_at_a_time_fit_and_stay_bounded() -> Non
     pinned_ids = set()
     for page in range(10_000 // 50):
         items = [f"item:{n}" for n in range(page * 50, page * 50 + 50)]
-        tree.apply(_page(page, ["pinned", *items]))
+        tree.apply(_page(["pinned", *items]))
         pinned_ids.add(tree.ids["pinned"])
         assert len(tree.ids) <= MAX_VIEW_IDS
     # A view that stayed in the tree kept its id all along; the newest views have theirs.
@@ -53,33 +53,33 @@ def test_ten_thousand_views_shown_a_page_at_a_time_fit_and_stay_bounded() -> Non
 
 def test_a_forgotten_id_is_not_found_and_its_view_comes_back_under_a_new_one() -> None:
     tree = ViewTree()
-    tree.apply(_page(0, ["first"]))
+    tree.apply(_page(["first"]))
     assert tree.ids["first"] == "view_1"
     for page in range(1, MAX_VIEW_IDS // 50 + 2):
-        tree.apply(_page(page, [f"item:{n}" for n in range(page * 50, page * 50 + 50)]))
+        tree.apply(_page([f"item:{n}" for n in range(page * 50, page * 50 + 50)]))
     with pytest.raises(AotuiError) as gone:
         tree.key_for("view_1")
     assert gone.value.code is ErrorCode.E_NOT_FOUND
     assert "pull a new snapshot" in gone.value.message
-    tree.apply(_page(10_000, ["first"]))
+    tree.apply(_page(["first"]))
     assert tree.ids["first"] == f"view_{tree.next_id - 1}" != "view_1"
 
 
 def test_restored_ids_number_on_after_the_newest() -> None:
     tree = ViewTree()
     for page in range(MAX_VIEW_IDS // 50 + 5):
-        tree.apply(_page(page, [f"item:{n}" for n in range(page * 50, page * 50 + 50)]))
+        tree.apply(_page([f"item:{n}" for n in range(page * 50, page * 50 + 50)]))
     restored = ViewTree()
     restored.restore_ids(dict(reversed(list(tree.ids.items()))))  # whatever order they come in
     assert restored.next_id == tree.next_id
-    restored.apply(_page(1, ["fresh"]))
+    restored.apply(_page(["fresh"]))
     assert restored.ids["fresh"] == f"view_{tree.next_id}"
 
 
 def test_fresh_keys_cannot_grow_the_supervisor() -> None:
     tree = ViewTree()
-    for revision in range(300):  # 60,000 keys never seen before
-        tree.apply(_page(revision, [f"{revision}-{n}" for n in range(200)]))
+    for page in range(300):  # 60,000 keys never seen before
+        tree.apply(_page([f"{page}-{n}" for n in range(200)]))
         assert len(tree.ids) <= MAX_VIEW_IDS
         assert len(tree.keys) <= MAX_VIEW_IDS
 
@@ -87,12 +87,12 @@ def test_fresh_keys_cannot_grow_the_supervisor() -> None:
 def test_more_views_than_the_budget_at_once_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     tree = ViewTree()
     with pytest.raises(AotuiError) as refused:
-        tree.apply(_page(1, [f"c{n}" for n in range(MAX_VIEW_IDS)]))
+        tree.apply(_page([f"c{n}" for n in range(MAX_VIEW_IDS)]))
     assert refused.value.code is ErrorCode.E_INVALID_CMD
     assert f"{MAX_VIEW_IDS + 1} distinct views at once" in refused.value.message
     assert "link fewer" in refused.value.message
     monkeypatch.setattr(view_tree, "MAX_VIEW_IDS", 8)
-    ViewTree().apply(_page(1, [f"c{n}" for n in range(7)]))  # the budget counts the root too
+    ViewTree().apply(_page([f"c{n}" for n in range(7)]))  # the budget counts the root too
 
 
 # --- a real desktop ------------------------------------------------------------------------------

@@ -114,7 +114,6 @@ class ViewTree:
         self.ids: dict[str, str] = {}
         self.keys: dict[str, str] = {}
         self.hidden: set[str] = set()
-        self.revision = 0
         #: The next ``view_N``: a forgotten id is never handed to another view.
         self.next_id = 0
 
@@ -131,10 +130,6 @@ class ViewTree:
 
         ``E_INVALID_CMD`` (a protocol violation) if the update takes the app past a budget.
         """
-        for key in update.removed:
-            self.fragments.pop(key, None)
-            self.markdown.pop(key, None)
-            self.sizes.pop(key, None)
         share = frame_bytes // max(len(update.views), 1)
         arriving: dict[str, tuple[ViewFragment, int]] = {}
         for fragment in update.views:
@@ -163,7 +158,6 @@ class ViewTree:
             markdown = sanitize(self._resolve(fragment.markdown), lines=True, limit=None)
             self.markdown[fragment.key] = markdown
             self.sizes[fragment.key] = max(self.sizes[fragment.key], len(markdown.encode()))
-        self.revision = max(self.revision, update.revision)
 
     def reset_fragments(self) -> None:
         """Forget fragments (the worker is gone) but keep ids: a restart reuses them."""

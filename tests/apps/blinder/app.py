@@ -56,7 +56,7 @@ def fragment(
 
 
 def send(views: list[ViewFragment]) -> None:
-    channel().send(codec.encode(FragmentUpdate(revision=10**6, views=views, removed=[])))
+    channel().send(codec.encode(FragmentUpdate(views=views)))
 
 
 def deep_chain(depth: int) -> None:

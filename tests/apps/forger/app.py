@@ -117,9 +117,9 @@ FRAMES: dict[str, Callable[[str], list[bytes]]] = {
     "deep-nesting": lambda _arg: [b"\x91" * 10_000 + b"\xc0"],
     "wrong-version": lambda _arg: [msgpack.packb([2, "log", {"level": "info", "message": "v2"}])],
     "unknown-kind": lambda _arg: [msgpack.packb([1, "exec", {"argv": ["/bin/sh"]}])],
-    "forged-ack": lambda _arg: [codec.encode(Ack(request_id=2**40, revision=1, result="forged"))],
+    "forged-ack": lambda _arg: [codec.encode(Ack(request_id=2**40, result="forged"))],
     "forged-hello": lambda pid: [
-        codec.encode(Hello(pid=int(pid), protocol=1, layers=["landlock", "forged-layer"]))
+        codec.encode(Hello(pid=int(pid), layers=["landlock", "forged-layer"]))
     ],
     "forged-exited": lambda pid: [
         codec.encode(Exited(pid=int(pid), exit_code=None, signal=9, reason="memory limit"))
@@ -153,9 +153,7 @@ class ForgerView(View):
     def forge(self, call: OperationCall) -> str:
         what, arg = str(call.args["what"]), str(call.args.get("arg") or "")
         if what == "markup-fragment":
-            channel().send(
-                codec.encode(FragmentUpdate(revision=10**6, views=[_fragment(FORGED)], removed=[]))
-            )
+            channel().send(codec.encode(FragmentUpdate(views=[_fragment(FORGED)])))
             return "sent a forged fragment"
         if what == "markup-log":
             self.app.log(FORGED)  # type: ignore[union-attr]
