@@ -8,7 +8,7 @@ else parses config.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -141,15 +141,7 @@ def _check(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConfig:
     """Read a TOML config (or the defaults), apply ``overrides``, validate every key."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as handle:
-                raw = tomllib.load(handle)
-        except OSError as exc:
-            raise AotuiError(ErrorCode.E_NOT_FOUND, f"cannot read config {path}: {exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise AotuiError(ErrorCode.E_INVALID_CMD, f"config {path} is not TOML: {exc}") from exc
+    raw = _read_toml(path) if path is not None else {}
     raw.update({k: v for k, v in overrides.items() if v is not None})
     known = {f.name: f for f in fields(DesktopConfig)}
     values: dict[str, Any] = {}
@@ -159,30 +151,62 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConf
                 ErrorCode.E_INVALID_CMD,
                 f"unknown config key {key!r}; known keys: {', '.join(sorted(known))}",
             )
-        if key == "limits":
-            _check("limits", value, dict)
-            limit_names = {f.name for f in fields(Limits)}
-            for name, number in value.items():
-                if name not in limit_names:
-                    raise AotuiError(ErrorCode.E_INVALID_CMD, f"unknown limit {name!r}")
-                if _check(f"limits.{name}", number, int) <= 0:
-                    raise AotuiError(ErrorCode.E_INVALID_CMD, f"limit {name} must be positive")
-            values[key] = Limits(**value)
-        elif key == "policy":
-            values[key] = parse_policy(value)
-        elif key == "apps":
-            _check("apps", value, (list, tuple))
-            values[key] = tuple(_check("apps[]", item, str) for item in value)
-        else:
-            default = known[key].default
-            if isinstance(default, bool | str):
-                values[key] = _check(key, value, type(default))
-                continue
-            kind: type | tuple[type, ...] = (int, float) if isinstance(default, float) else int
-            if _check(key, value, kind) <= 0 and key != "max_restarts":
-                raise AotuiError(ErrorCode.E_INVALID_CMD, f"config key {key!r} must be positive")
-            values[key] = float(value) if isinstance(default, float) else value
+        parse = _PARSERS.get(key)
+        values[key] = parse(value) if parse else _scalar(key, value, known[key].default)
     config = DesktopConfig(**values)
+    _check_whole(config)
+    return config
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    """The keys of the config file at ``path``."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise AotuiError(ErrorCode.E_NOT_FOUND, f"cannot read config {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise AotuiError(ErrorCode.E_INVALID_CMD, f"config {path} is not TOML: {exc}") from exc
+
+
+def _limits(value: Any) -> Limits:
+    """The ``limits`` table: known names only, each a positive integer."""
+    _check("limits", value, dict)
+    limit_names = {f.name for f in fields(Limits)}
+    for name, number in value.items():
+        if name not in limit_names:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"unknown limit {name!r}")
+        if _check(f"limits.{name}", number, int) <= 0:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"limit {name} must be positive")
+    return Limits(**value)
+
+
+def _apps(value: Any) -> tuple[str, ...]:
+    """The ``apps`` list: app directories as strings."""
+    _check("apps", value, (list, tuple))
+    return tuple(_check("apps[]", item, str) for item in value)
+
+
+#: Keys whose value is a structure, each with its own parser; the rest are scalars.
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "limits": _limits,
+    "policy": parse_policy,
+    "apps": _apps,
+}
+
+
+def _scalar(key: str, value: Any, default: Any) -> Any:
+    """A scalar key, of its default's type; numbers must be positive (but max_restarts)."""
+    if isinstance(default, bool | str):
+        return _check(key, value, type(default))
+    kind: type | tuple[type, ...] = (int, float) if isinstance(default, float) else int
+    if _check(key, value, kind) <= 0 and key != "max_restarts":
+        raise AotuiError(ErrorCode.E_INVALID_CMD, f"config key {key!r} must be positive")
+    return float(value) if isinstance(default, float) else value
+
+
+def _check_whole(config: DesktopConfig) -> None:
+    """Refuse what only the whole config shows to be wrong."""
     config.restart_policy()  # refuse a bad restart_mode now, not at the first crash
     if config.snapshot_max_bytes > 3 << 20:
         raise AotuiError(
@@ -195,4 +219,3 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConf
             ErrorCode.E_INVALID_CMD,
             f"config key 'durability' must be ack, batch or off, got {config.durability!r}",
         )
-    return config

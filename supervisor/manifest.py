@@ -155,6 +155,35 @@ def load_manifest(app_dir: str | Path) -> Manifest:
     """Read and validate ``APP_DIR/aoapp.json``."""
     directory = Path(app_dir).resolve()
     path = directory / MANIFEST_NAME
+    raw = _read_object(directory, path)
+    _check_identity(path, raw)
+    entry = _entry(directory, path, raw["entry"])
+    app_name = _one_line(path, "name", raw["name"], MAX_NAME, required=True)
+    description = _one_line(
+        path, "description", raw.get("description", ""), MAX_DESCRIPTION, required=False
+    )
+    system = raw.get("system", False)
+    if not isinstance(system, bool):
+        raise _refuse(path, "system", "must be true or false")
+    permissions = _permissions(path, raw.get("permissions", []))
+    limits = _limits(path, raw.get("limits", {}))
+    restart = _restart(path, raw.get("restart", {}))
+    return Manifest(
+        restart=restart,
+        id=raw["id"],
+        name=app_name,
+        version=raw["version"],
+        entry=str(entry),
+        description=description,
+        system=system,
+        permissions=permissions,
+        limits=limits,
+        app_dir=directory,
+    )
+
+
+def _read_object(directory: Path, path: Path) -> dict[str, Any]:
+    """The manifest's JSON object, with no key the manifest does not define."""
     try:
         raw: Any = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -170,57 +199,60 @@ def load_manifest(app_dir: str | Path) -> Manifest:
             raise _refuse(
                 path, key, f"is not a manifest field (known: {', '.join(sorted(_FIELDS))})"
             )
+    return raw
+
+
+def _check_identity(path: Path, raw: dict[str, Any]) -> None:
+    """The required strings are there, and the id is reverse-DNS."""
     for key in ("id", "name", "version", "entry"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise _refuse(path, key, "is required and must be a non-empty string")
     if not _APP_ID.fullmatch(raw["id"]):
         raise _refuse(path, "id", "must be reverse-DNS like com.example.notes")
-    entry = PurePosixPath(raw["entry"])
+
+
+def _entry(directory: Path, path: Path, text: str) -> PurePosixPath:
+    """The entry module's path, relative and naming a file inside the app directory."""
+    entry = PurePosixPath(text)
     if entry.is_absolute() or ".." in entry.parts:
         raise _refuse(path, "entry", "must be a relative path inside the app directory")
     entry_path = (directory / entry).resolve()
     if not entry_path.is_relative_to(directory) or not entry_path.is_file():
-        raise _refuse(path, "entry", f"names {raw['entry']!r}, which is not a file in the app")
-    app_name = _one_line(path, "name", raw["name"], MAX_NAME, required=True)
-    description = _one_line(
-        path, "description", raw.get("description", ""), MAX_DESCRIPTION, required=False
-    )
-    system = raw.get("system", False)
-    if not isinstance(system, bool):
-        raise _refuse(path, "system", "must be true or false")
-    permissions_raw = raw.get("permissions", [])
-    if not isinstance(permissions_raw, list):
+        raise _refuse(path, "entry", f"names {text!r}, which is not a file in the app")
+    return entry
+
+
+def _permissions(path: Path, value: Any) -> tuple[Permission, ...]:
+    """The ``permissions`` list, each entry parsed."""
+    if not isinstance(value, list):
         raise _refuse(path, "permissions", "must be a list of strings")
     permissions = []
-    for item in permissions_raw:
+    for item in value:
         try:
             permissions.append(parse_permission(item))
         except ValueError as exc:
             raise _refuse(path, "permissions", str(exc)) from None
-    limits_raw = raw.get("limits", {})
-    if not isinstance(limits_raw, dict):
+    return tuple(permissions)
+
+
+def _limits(path: Path, value: Any) -> dict[str, int]:
+    """The ``limits`` object: known limits only, each a positive integer."""
+    if not isinstance(value, dict):
         raise _refuse(path, "limits", "must be an object")
-    for name, value in limits_raw.items():
+    for name, number in value.items():
         if name not in _LIMITS:
             raise _refuse(path, "limits", f"has unknown limit {name!r}")
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
             raise _refuse(path, f"limits.{name}", "must be a positive integer")
-    restart = raw.get("restart", {})
-    if not isinstance(restart, dict):
+    return dict(value)
+
+
+def _restart(path: Path, value: Any) -> dict[str, Any]:
+    """The ``restart`` object, checked by the restart policy that will read it."""
+    if not isinstance(value, dict):
         raise _refuse(path, "restart", 'must be an object like {"mode": "transient"}')
     try:
-        RestartPolicy.from_dict(restart)
+        RestartPolicy.from_dict(value)
     except AotuiError as exc:
         raise _refuse(path, str(exc.data.get("field", "restart")), exc.message) from None
-    return Manifest(
-        restart=dict(restart),
-        id=raw["id"],
-        name=app_name,
-        version=raw["version"],
-        entry=str(entry),
-        description=description,
-        system=system,
-        permissions=tuple(permissions),
-        limits=dict(limits_raw),
-        app_dir=directory,
-    )
+    return dict(value)

@@ -294,10 +294,7 @@ class RpcServer:
     async def _call(self, connection: _Connection, call: RpcCall) -> Any:
         params = call.params
         methods = self.supervisor.methods
-        reader = {
-            "session": params.get("session") or connection.session,
-            "token": params.get("token") or connection.token,
-        }
+        reader = _reader(connection, params)
         match call.method:
             case "ping" | "status" | "get_capabilities":
                 return await methods[call.method]({})
@@ -310,15 +307,9 @@ class RpcServer:
                 command = {k: v for k, v in params.items() if k not in reader and v is not None}
                 return await methods["execute"]({"command": command, **reader})
             case "acquire":
-                owner = {"owner": params["owner"], "token": reader["token"]}
-                granted = await methods["acquire"](owner)
-                connection.token = granted["token"]
-                return granted
+                return await self._acquire(connection, params["owner"], reader["token"])
             case "release":
-                await methods["release"]({"token": reader["token"]})
-                if reader["token"] == connection.token:
-                    connection.token = None
-                return None
+                return await self._release(connection, reader["token"])
             case "heartbeat":
                 return await methods["heartbeat"]({"token": reader["token"]})
             case "wait_for":
@@ -331,6 +322,18 @@ class RpcServer:
                 connection.reasons = None
                 return {"subscribed": False}
         raise AotuiError(ErrorCode.E_INTERNAL, f"method {call.method} has no handler")
+
+    async def _acquire(self, connection: _Connection, owner: Any, token: Any) -> Any:
+        """Take the desktop's lease for ``owner``; the connection keeps the token it gets."""
+        granted = await self.supervisor.methods["acquire"]({"owner": owner, "token": token})
+        connection.token = granted["token"]
+        return granted
+
+    async def _release(self, connection: _Connection, token: Any) -> None:
+        """Give the lease back; the connection forgets the token if it was its own."""
+        await self.supervisor.methods["release"]({"token": token})
+        if token == connection.token:
+            connection.token = None
 
     async def _snapshot(self, params: dict[str, Any], reader: dict[str, Any]) -> Any:
         form = params.get("format") or "markdown"
@@ -403,3 +406,11 @@ class RpcServer:
                 "max_in_flight": self.supervisor.config.max_in_flight,
             },
         }
+
+
+def _reader(connection: _Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """Who is asking: the call's own session and token, else the connection's."""
+    return {
+        "session": params.get("session") or connection.session,
+        "token": params.get("token") or connection.token,
+    }
