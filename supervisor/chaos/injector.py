@@ -372,7 +372,8 @@ class FaultInjector:
 
 
 def _failure(fid: str, code: str, app: AppRecord, command: Command | None) -> AotuiError:
-    what = f"{command.target} on {app.app_id} ({app.name})" if command else app.app_id
+    action = command.action.value.split("_")[0] if command else ""
+    what = f"{action} {command.target} on {app.app_id} ({app.name})" if command else app.app_id
     if code == "E_TIMEOUT":
         return AotuiError(
             ErrorCode.E_TIMEOUT,

@@ -372,7 +372,10 @@ class ChaosRun:
             if timed and time.monotonic() - started >= timed[0][0]:
                 _at, spec = timed.pop(0)
                 count = fired[spec.fault_id] = fired.get(spec.fault_id, 0) + 1
-                self._kill_supervisor(writer, f"{spec.fault_id}.{count}", spec)
+                try:
+                    self._kill_supervisor(writer, f"{spec.fault_id}.{count}", spec)
+                except AotuiError:
+                    break  # the desktop did not come back (recorded): the run ends here
             time.sleep(0.05)
         if process is not None:  # the duration is over: the agent is stopped
             with contextlib.suppress(ProcessLookupError):

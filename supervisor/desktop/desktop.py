@@ -40,6 +40,7 @@ from aotui.supervisor.desktop.confirmations import (
 )
 from aotui.supervisor.desktop.controls import check_dialog, confirm_rule
 from aotui.supervisor.desktop.snapshot import RefTable, Snapshot, build_snapshot
+from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
 from aotui.supervisor.desktop.snapshot_diff import SeenBlocks
 from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.system_log import SystemLog
@@ -94,6 +95,8 @@ class Desktop:
         )
         #: What each pull left the agent with, the base of a later pull ``since`` it.
         self.seen = SeenBlocks(config.snapshot_max_entries, config.snapshot_ttl_s)
+        #: Each shown app's snapshot part, kept while what it is made of is unchanged.
+        self.snapshot_cache = SnapshotCache()
         #: Block id (``app_0/view_3``) → when the agent last mounted it or executed in it: token
         #: budgets shorten the least recently touched first.
         self.touched: dict[str, float] = {}
@@ -522,7 +525,11 @@ class Desktop:
         if options.app is not None:
             options = dataclasses.replace(options, app=self.app(options.app).app_id)
         snap = build_snapshot(
-            self.apps, self.system_log, self.config.snapshot_budget(), self._unshowable
+            self.apps,
+            self.system_log,
+            self.config.snapshot_budget(),
+            self._unshowable,
+            self.snapshot_cache,
         )
         for app in self.apps:
             worker = app.worker

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aotui.protocol.messages import ViewFragment
 from aotui.protocol.structure import sanitize
@@ -22,11 +23,17 @@ from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
 from aotui.supervisor.desktop.instructions import SYSTEM_INSTRUCTIONS
 from aotui.supervisor.desktop.view_tree import attribute_text
 
+if TYPE_CHECKING:
+    from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
+
 __all__ = [
+    "AppPart",
     "Block",
     "RefTable",
     "Snapshot",
     "SnapshotBudget",
+    "app_part",
+    "applications_text",
     "build_snapshot",
     "compose",
     "format_time",
@@ -116,7 +123,8 @@ def _size(size: int) -> str:
     return f"{size / 1024:.0f} KB" if size < 1 << 20 else f"{size / (1 << 20):.1f} MB"
 
 
-def _applications(apps: Sequence[AppRecord]) -> str:
+def applications_text(apps: Sequence[AppRecord]) -> str:
+    """The System Applications view's text: each app with its description and state."""
     lines = ["# Installed Applications"]
     for app in apps:
         lines.append(f"- [{link_label(app.name)}](application:{app.app_id})")
@@ -232,18 +240,63 @@ def compose(
     return "\n".join(parts) + "\n"
 
 
+@dataclass(frozen=True)
+class AppPart:
+    """One app's part of a snapshot, ready to assemble (and to cache while its inputs hold)."""
+
+    blocks: tuple[Block, ...]
+    refs: RefTable
+    #: Its ``<application …>`` tag line.
+    tag: str
+    #: The whole ``<application>`` block as text (tag, blocks, closing tag; no final newline).
+    text: str
+    #: Bytes of :attr:`text` with its line break.
+    size: int
+    #: Whether a marker stands for something over its budget.
+    over: bool
+
+
+def app_part(
+    app: AppRecord,
+    budget: SnapshotBudget,
+    on_failure: Callable[[AppRecord, Exception], None] | None = None,
+) -> AppPart:
+    """The app's part; a marker when its block cannot be built (``on_failure`` hears why)."""
+    refs: RefTable = {}
+    try:
+        blocks = _application(app, refs, budget)
+    except Exception as exc:  # one app's data must never cost the agent the desktop
+        if on_failure is not None:
+            on_failure(app, exc)
+        blocks = _collapsed(app, f"its views could not be assembled ({type(exc).__name__})")
+        refs = {}
+    return _part(app, blocks, refs)
+
+
+def _part(app: AppRecord, blocks: list[Block], refs: RefTable) -> AppPart:
+    tag = _app_tag(app)
+    text = "\n".join([tag, *(_text(block) for block in blocks), "</application>"])
+    over = any(_MARKER.format(app=app.app_id) in block.body for block in blocks)
+    return AppPart(tuple(blocks), refs, tag, text, len(text.encode()) + 1, over)
+
+
 def build_snapshot(
     apps: Sequence[AppRecord],
     system_log: Iterable[tuple[float, str]],
     budget: SnapshotBudget | None = None,
     on_failure: Callable[[AppRecord, Exception], None] | None = None,
+    cache: SnapshotCache | None = None,
 ) -> Snapshot:
     """The whole desktop: system views, then a block per running, shown app.
 
     An app whose block cannot be built (``on_failure`` hears why) or would take the snapshot past
     ``budget.total_bytes`` is shown as a marker instead: the snapshot itself always answers.
+    With ``cache``, an app whose inputs did not change since the last pull costs a comparison.
     """
+    from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
+
     budget = budget or SnapshotBudget()
+    cache = cache or SnapshotCache()
     refs: RefTable = {}
     blocks = [
         Block(
@@ -252,7 +305,9 @@ def build_snapshot(
             SYSTEM_INSTRUCTIONS.rstrip("\n"),
             "</view>",
         ),
-        Block("view_1", '<view id="view_1" name="Applications">', _applications(apps), "</view>"),
+        Block(
+            "view_1", '<view id="view_1" name="Applications">', cache.applications(apps), "</view>"
+        ),
         Block(
             "view_2",
             '<view id="view_2" name="System Logs">',
@@ -260,37 +315,24 @@ def build_snapshot(
             "</view>",
         ),
     ]
-    used = sum(len(_text(block).encode()) + 1 for block in blocks) + len("<desktop>")
+    texts = ["<desktop>", *(_text(block) for block in blocks)]
+    used = sum(len(text.encode()) + 1 for text in texts[1:]) + len("<desktop>")
     over: list[str] = []
     app_tags: dict[str, str] = {}
     for app in apps:
         if app.status is not AppStatus.RUNNING:
             continue
-        app_refs: RefTable = {}
-        try:
-            app_blocks = _application(app, app_refs, budget)
-        except Exception as exc:  # one app's data must never cost the agent the desktop
-            if on_failure is not None:
-                on_failure(app, exc)
-            app_blocks = _collapsed(app, f"its views could not be assembled ({type(exc).__name__})")
-            app_refs = {}
-        app_tags[app.app_id] = tag = _app_tag(app)
-        size = _block_size(tag, app_blocks)
-        if used + size > budget.total_bytes:
-            app_blocks = _collapsed(
-                app, f"its block would take the snapshot past {_size(budget.total_bytes)}"
-            )
-            app_refs = {}
-            size = _block_size(tag, app_blocks)
-        refs.update(app_refs)
-        used += size
-        blocks.extend(app_blocks)
-        if any(_MARKER.format(app=app.app_id) in block.body for block in app_blocks):
+        part = cache.part(app, budget, on_failure)
+        if used + part.size > budget.total_bytes:
+            why = f"its block would take the snapshot past {_size(budget.total_bytes)}"
+            part = _part(app, _collapsed(app, why), {})
+        refs.update(part.refs)
+        used += part.size
+        blocks.extend(part.blocks)
+        texts.append(part.text)
+        app_tags[app.app_id] = part.tag
+        if part.over:
             over.append(app.app_id)
-    return Snapshot(compose(blocks, app_tags), refs, tuple(over), tuple(blocks), app_tags)
-
-
-def _block_size(tag: str, blocks: list[Block]) -> int:
-    """Bytes of an app's ``<application>`` block with its line breaks."""
-    text = sum(len(_text(block).encode()) + 1 for block in blocks)
-    return len(tag.encode()) + len("</application>") + 1 + text
+    cache.forget_others(app_tags)
+    markdown = "\n".join([*texts, "</desktop>"]) + "\n"
+    return Snapshot(markdown, refs, tuple(over), tuple(blocks), app_tags)
