@@ -5,7 +5,9 @@ A frame is the msgpack array ``[PROTOCOL_VERSION, kind, fields]``: ``kind`` is t
 ``OperationSpec``, …) travel as maps. Both directions check every field against its annotation:
 ``int`` refuses ``bool``; ``float`` takes ``int`` but refuses NaN and infinities; ``Any`` takes
 plain data only — nil, bool, int, float (NaN allowed), str, bin, lists and str-keyed maps; no
-tuples, sets, subclasses or ext types. Integers span msgpack's range, -2**63 to 2**64-1.
+tuples, sets, subclasses or ext types. Integers span msgpack's range, -2**63 to 2**64-1. A
+``StrEnum`` field (a closed set of words) travels as its plain string; decoding refuses a string
+that is none of its members (``unknown_value``).
 
 :class:`Codec` limits: ``max_frame_bytes`` (4 MiB), checked before unpacking; ``max_depth`` (32)
 counts nesting from the frame array (1) and fields map (2); ``max_items`` (100 000) bounds each
@@ -39,6 +41,7 @@ Duplicate map keys are not detected: msgpack keeps the last, and every aotui pee
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import types
 import typing
@@ -180,6 +183,30 @@ def _check_float(value: Any, depth: int) -> Any:
     return value
 
 
+def _enum_decoder(kind: type[enum.StrEnum]) -> _Convert:
+    members = {member.value: member for member in kind}
+    allowed = ", ".join(members)
+
+    def decode(value: Any, depth: int) -> Any:
+        if type(value) is not str:
+            raise _Refused.wrong_type(kind.__name__, value)
+        member = members.get(value)
+        if member is None:
+            raise _Refused("unknown_value", f"{value!r:.40} is not one of {allowed}")
+        return member
+
+    return decode
+
+
+def _enum_encoder(kind: type[enum.StrEnum]) -> _Convert:
+    def encode(value: Any, depth: int) -> Any:
+        if type(value) is not kind:
+            raise _Refused.wrong_type(kind.__name__, value)
+        return value.value  # msgpack is given the plain string
+
+    return encode
+
+
 # Annotations a single C-level pass over element types can check for a whole list or dict.
 _EXACT_TYPES = {hint: frozenset({hint}) for hint in (str, int, bool, bytes)}
 _SCALAR_NODES: dict[Any, _Convert] = {hint: _exact(hint) for hint in _EXACT_TYPES}
@@ -302,6 +329,8 @@ class Codec:
             return self._container(dict, args[1], decoding)
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             return self._record(hint, decoding), False
+        if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+            return (_enum_decoder(hint) if decoding else _enum_encoder(hint)), False
         raise TypeError(f"the codec cannot carry a field annotated {hint!r}")
 
     def _container(self, kind: type[Any], item_hint: Any, decoding: bool) -> _Node:

@@ -20,6 +20,7 @@ Request ids are chosen by the sender of the request and echoed by the single rep
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -37,6 +38,7 @@ __all__ = [
     "HttpResult",
     "Launch",
     "Launched",
+    "LogLevel",
     "LogRecord",
     "Message",
     "Mount",
@@ -49,9 +51,36 @@ __all__ = [
     "Serialize",
     "Shutdown",
     "Signal",
+    "SignalReason",
     "Start",
     "ViewFragment",
 ]
+
+
+class SignalReason(enum.StrEnum):
+    """Why the desktop changed, as a :class:`Signal` says (CONTRACT §6)."""
+
+    #: A view's content changed (or an app moved in a way with no reason of its own).
+    DOM_MUTATION = "dom_mutation"
+    #: An app started serving.
+    APP_OPENED = "app_opened"
+    #: An app was closed.
+    APP_CLOSED = "app_closed"
+    #: An app's worker ended unasked (it is restarting or failed).
+    APP_CRASHED = "app_crashed"
+    #: A crashed app serves again.
+    APP_RESTARTED = "app_restarted"
+
+
+class LogLevel(enum.StrEnum):
+    """How serious a worker's :class:`LogRecord` is."""
+
+    #: Something the agent may like to know.
+    INFO = "info"
+    #: Something went wrong but the app carries on.
+    WARNING = "warning"
+    #: An app's own code failed (a hook, a timer, its start).
+    ERROR = "error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +307,7 @@ class LogRecord(Message):
     """A line for the System Logs or the app's operation log."""
 
     KIND: ClassVar[str] = "log"
-    #: ``info``, ``warning`` or ``error``.
-    level: str
+    level: LogLevel
     message: str
 
 
@@ -371,11 +399,11 @@ class Signal(Message):
     KIND: ClassVar[str] = "signal"
     desktop_id: str
     timestamp: float
-    #: ``dom_mutation | app_opened | app_closed | app_crashed | app_restarted``: the latest change.
-    reason: str
+    #: The latest change.
+    reason: SignalReason
     #: Every distinct reason since the previous signal, first-seen order (none lost to the
     #: throttle); empty from a sender that predates the field.
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[SignalReason] = field(default_factory=list)
 
 
 #: Every message class by its ``KIND`` tag; the codec refuses any other tag.

@@ -42,6 +42,7 @@ from aotui.protocol.messages import (
     Hello,
     HttpCall,
     HttpResult,
+    LogLevel,
     LogRecord,
     Message,
     Mount,
@@ -129,7 +130,7 @@ class WorkerLoop:
         """Encode and send one message on the channel."""
         self.sock.send(codec.encode(message), copy=False)
 
-    def log(self, message: str, level: str = "info") -> None:
+    def log(self, message: str, level: LogLevel = LogLevel.INFO) -> None:
         """A line for the desktop's System Logs."""
         self.send(LogRecord(level=level, message=message[:2000]))
 
@@ -245,7 +246,7 @@ class WorkerLoop:
         try:
             return view.inputs()
         except Exception as exc:
-            self.log(f"{key}: inputs() failed: {type(exc).__name__}: {exc}", "error")
+            self.log(f"{key}: inputs() failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
             return None
 
     # --- requests -------------------------------------------------------------------------------
@@ -264,12 +265,12 @@ class WorkerLoop:
             try:
                 return None, {part: self.app.serialize_part(part) for part in parts}, _KEYED
             except Exception as exc:
-                self.log(f"serialize_part() failed: {type(exc).__name__}: {exc}", "error")
+                self.log(f"serialize_part() failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
                 return self.state(), None, None  # whole, then; parts again from the next one
         try:
             inputs = self.app.state_inputs()
         except Exception as exc:
-            self.log(f"state_inputs() failed: {type(exc).__name__}: {exc}", "error")
+            self.log(f"state_inputs() failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
             inputs = None
         if inputs is not None and inputs == self.acked_state:
             return None, None, inputs
@@ -283,7 +284,7 @@ class WorkerLoop:
         try:
             return self.app.serialize()
         except Exception as exc:
-            self.log(f"serialize() failed: {type(exc).__name__}: {exc}", "error")
+            self.log(f"serialize() failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
             return None
 
     def reply_error(self, request_id: int, exc: BaseException) -> None:
@@ -432,7 +433,7 @@ class WorkerLoop:
             try:
                 callback()
             except Exception as exc:
-                self.log(f"timer callback failed: {type(exc).__name__}: {exc}", "error")
+                self.log(f"timer callback failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
         if due:
             self.flush()
 
@@ -518,7 +519,7 @@ def run_worker(
         if not isinstance(start, Start):
             return 3
         if refusal:
-            sock.send(codec.encode(LogRecord(level="error", message=refusal)))
+            sock.send(codec.encode(LogRecord(level=LogLevel.ERROR, message=refusal)))
             sock.send(
                 codec.encode(
                     ErrorReply(request_id=0, code=ErrorCode.E_PERMISSION.value, message=refusal)
@@ -555,7 +556,7 @@ def run_worker(
             loop.sent.clear()
         except Exception as exc:
             detail = real_names("".join(traceback.format_exception(exc)).strip())
-            sock.send(codec.encode(LogRecord(level="error", message=detail[-2000:])))
+            sock.send(codec.encode(LogRecord(level=LogLevel.ERROR, message=detail[-2000:])))
             sock.send(
                 codec.encode(
                     ErrorReply(

@@ -31,6 +31,7 @@ from aotui.protocol.messages import (
     HttpResult,
     Launch,
     Launched,
+    LogLevel,
     LogRecord,
     Message,
     Mount,
@@ -43,6 +44,7 @@ from aotui.protocol.messages import (
     Serialize,
     Shutdown,
     Signal,
+    SignalReason,
     Start,
     ViewFragment,
 )
@@ -86,7 +88,7 @@ EXAMPLES: dict[str, Message] = {
         Ack(request_id=41, result={"sent": True}, state={"drafts": []}),
         AppState(request_id=9, data={"drafts": ["a", "b"], "ratio": -0.5, "blob": b"\x00\xff"}),
         Pong(-(2**63)),
-        LogRecord("warning", "handler took 900 ms"),
+        LogRecord(LogLevel.WARNING, "handler took 900 ms"),
         Launch(3, "app_3", "/srv/apps/chat", "main.py", "ipc:///tmp/w3", {"memory_mb": 256}),
         Launched(token=3, pid=4243),
         Exited(pid=4243, exit_code=None, signal=9, reason="memory limit"),
@@ -98,7 +100,12 @@ EXAMPLES: dict[str, Message] = {
         ErrorReply(41, "E_NOT_FOUND", "no view thread:9", {"view": "thread:9"}),
         Request(request_id=1, method="execute", params={"command": "app_3.send_message"}),
         Reply(request_id=1, result=[1, "two", None, {"three": 3.0}]),
-        Signal(desktop_id="desk-1", timestamp=1718000000.25, reason="dom_mutation"),
+        Signal(
+            desktop_id="desk-1",
+            timestamp=1718000000.25,
+            reason=SignalReason.APP_RESTARTED,
+            reasons=[SignalReason.APP_CRASHED, SignalReason.APP_RESTARTED],
+        ),
     )
 }
 
@@ -189,9 +196,25 @@ def test_absent_fields_with_defaults_take_them() -> None:
 
 
 def test_float_field_takes_an_int() -> None:
-    decoded = decode(frame("signal", {"desktop_id": "d", "timestamp": 5, "reason": "x"}))
-    assert decoded == Signal("d", 5.0, "x")
-    assert decode(encode(Signal("d", 5, "x"))) == Signal("d", 5.0, "x")
+    decoded = decode(frame("signal", {"desktop_id": "d", "timestamp": 5, "reason": "app_opened"}))
+    assert decoded == Signal("d", 5.0, SignalReason.APP_OPENED)
+    again = decode(encode(Signal("d", 5, SignalReason.APP_OPENED)))
+    assert again == Signal("d", 5.0, SignalReason.APP_OPENED)
+
+
+def test_a_closed_set_travels_as_its_plain_word_and_refuses_others() -> None:
+    """Enum fields are the same strings on the wire; a word outside the set is refused."""
+    raw = encode(LogRecord(LogLevel.ERROR, "m"))
+    assert raw == frame("log", {"level": "error", "message": "m"})
+    assert decode(raw) == LogRecord(LogLevel.ERROR, "m")
+    assert type(decode(raw).level) is LogLevel  # type: ignore[attr-defined]
+    error = refused(frame("log", {"level": "debug", "message": "m"}), "unknown_value", kind="log")
+    assert "'debug' is not one of info, warning, error" in error.message
+    refused(frame("signal", {"desktop_id": "d", "timestamp": 1, "reason": "x"}), "unknown_value")
+    reasons = {"desktop_id": "d", "timestamp": 1, "reason": "app_opened", "reasons": ["nope"]}
+    refused(frame("signal", reasons), "unknown_value", field="reasons[0]")
+    refused(frame("log", {"level": 1, "message": "m"}), "wrong_type", field="level")
+    unencodable(LogRecord("error", "m"), "wrong_type")  # type: ignore[arg-type]
 
 
 def test_any_carries_nan_and_the_whole_integer_range() -> None:
@@ -421,7 +444,7 @@ def test_unplain_data_does_not_encode(value: object, reason: str) -> None:
 def test_wrong_field_types_do_not_encode() -> None:
     error = unencodable(Ping(True), "wrong_type")
     assert error.data == {"reason": "wrong_type", "kind": "ping", "field": "seq"}
-    unencodable(Signal("d", math.nan, "x"), "wrong_type")
+    unencodable(Signal("d", math.nan, SignalReason.APP_OPENED), "wrong_type")
     unencodable(FragmentUpdate([VIEW, "view"]), "wrong_type")  # type: ignore[list-item]
     unencodable(Exited(1, "0", None), "wrong_type")  # type: ignore[arg-type]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import math
 import typing
 from typing import Any
@@ -128,6 +129,8 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
     }
     if hint in simple:
         return simple[hint]
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        return st.sampled_from(list(hint))
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list:
         return st.lists(strategy_for(args[0]), max_size=3)

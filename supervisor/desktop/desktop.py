@@ -27,6 +27,7 @@ from aotui.protocol.messages import (
     Message,
     Mount,
     Operation,
+    SignalReason,
     ViewFragment,
 )
 from aotui.supervisor.config import DesktopConfig
@@ -70,7 +71,7 @@ class Desktop:
         config: DesktopConfig,
         paths: DesktopPaths,
         context: zmq.asyncio.Context,
-        on_change: Callable[[str], None],
+        on_change: Callable[[SignalReason], None],
     ) -> None:
         self.config = config
         self.paths = paths
@@ -478,13 +479,13 @@ class Desktop:
 
     def _moved(self, app: AppRecord, old: AppStatus, new: AppStatus) -> None:
         if new is AppStatus.RUNNING and old is AppStatus.STARTING:
-            self.on_change("app_opened")
+            self.on_change(SignalReason.APP_OPENED)
         elif new is AppStatus.NOT_RUNNING:
-            self.on_change("app_closed")
+            self.on_change(SignalReason.APP_CLOSED)
         elif new in (AppStatus.RESTARTING, AppStatus.FAILED):
-            self.on_change("app_crashed")
+            self.on_change(SignalReason.APP_CRASHED)
         else:
-            self.on_change("dom_mutation")
+            self.on_change(SignalReason.DOM_MUTATION)
 
     def app(self, ref: str) -> AppRecord:
         """An app by ``app_N`` or manifest id; ``E_NOT_FOUND`` listing what exists."""
@@ -623,7 +624,7 @@ class Desktop:
         if action in (Action.HIDE_VIEW, Action.SHOW_VIEW):
             app.views.mounted_fragment(view_id)
             (app.views.hidden.add if action is Action.HIDE_VIEW else app.views.hidden.discard)(key)
-            self.on_change("dom_mutation")
+            self.on_change(SignalReason.DOM_MUTATION)
             return
         if action is Action.MOUNT_VIEW:
             await self.deliver(app, lambda rid: Mount(rid, key), f"mount {view_id}", deadline)
@@ -735,7 +736,7 @@ class Desktop:
                 )
             except AotuiError as exc:  # the request stands: `aotui confirm` lists it
                 self.log(f"Could not post confirmation {ident} in the chat: {exc.message}")
-        self.on_change("dom_mutation")
+        self.on_change(SignalReason.DOM_MUTATION)
         return AwaitingUser(
             pending,
             f"{pending.operation} waits for the user's confirmation {ident} ({pending.reason}); "
@@ -776,10 +777,10 @@ class Desktop:
             )
         except AotuiError as exc:
             self.confirmations.decide(pending.ident, Outcome(Verdict.FAILED, error=exc))
-            self.on_change("dom_mutation")
+            self.on_change(SignalReason.DOM_MUTATION)
             raise
         self.confirmations.decide(pending.ident, Outcome(Verdict.RAN, result))
-        self.on_change("dom_mutation")
+        self.on_change(SignalReason.DOM_MUTATION)
         return result
 
     def refuse(self, pending: PendingConfirmation, reason: str | None) -> dict[str, Any]:
@@ -799,7 +800,7 @@ class Desktop:
                 f"user{why}"
             )
         self.log(f"The user refused {pending.ident} ({pending.operation} on {pending.app}){why}.")
-        self.on_change("dom_mutation")
+        self.on_change(SignalReason.DOM_MUTATION)
         return {"confirmation": pending.ident, "verdict": Verdict.REFUSED.value}
 
     async def deliver(

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
+from aotui.protocol.messages import SignalReason
 from aotui.supervisor.interface.client import Client, DesktopUnavailable
 from aotui.supervisor.interface.reports import format_desktops, format_doctor, format_status
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
@@ -26,7 +27,7 @@ from aotui.supervisor.paths import DesktopPaths, app_log_dir, data_home, store_p
 __all__ = ["main"]
 
 #: What ``aotui wait --reason`` accepts (CONTRACT §6).
-SIGNAL_REASONS = ("dom_mutation", "app_opened", "app_closed", "app_crashed", "app_restarted")
+SIGNAL_REASONS = tuple(reason.value for reason in SignalReason)
 
 EPILOG = """\
 examples:

@@ -31,7 +31,7 @@ import zmq.asyncio
 
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.protocol.messages import Signal
+from aotui.protocol.messages import Signal, SignalReason
 from aotui.supervisor.interface.jsonrpc import (
     INVALID_PARAMS,
     METHODS,
@@ -54,7 +54,7 @@ __all__ = ["SIGNAL_REASONS", "RpcLimits", "RpcServer"]
 log = logging.getLogger("aotui.rpc")
 
 #: The reasons a signal may carry (CONTRACT §6); ``subscribe_events`` may pick some.
-SIGNAL_REASONS = ("dom_mutation", "app_opened", "app_closed", "app_crashed", "app_restarted")
+SIGNAL_REASONS = tuple(reason.value for reason in SignalReason)
 FORMATS = ("markdown", "json")
 #: ``snapshot`` params that choose what a pull shows (diff, focus, budget; snapshot_pull.py).
 PULL_PARAMS = ("since", "app", "view", "max_tokens", "include_instructions")

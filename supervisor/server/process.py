@@ -31,7 +31,7 @@ from aotui.protocol import codec
 from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.grammar import parse_commands
-from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal
+from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal, SignalReason
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.desktop.confirmations import AwaitingUser, Outcome, Verdict
@@ -282,7 +282,9 @@ class Supervisor:
     def _publish(self, reason: str, reasons: tuple[str, ...]) -> None:
         if self.chaos is not None and not self.chaos.on_signal(reason, reasons):
             return  # dropped by a chaos run's signal_loss fault
-        signal_message = Signal(self.config.desktop, time.time(), reason, list(reasons))
+        signal_message = Signal(
+            self.config.desktop, time.time(), SignalReason(reason), list(map(SignalReason, reasons))
+        )
         with contextlib.suppress(zmq.ZMQError):
             self.pub.send(codec.encode(signal_message), zmq.NOBLOCK)
 

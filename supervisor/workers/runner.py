@@ -35,6 +35,7 @@ from aotui.protocol.messages import (
     Message,
     Ping,
     Shutdown,
+    SignalReason,
     Start,
 )
 from aotui.sandbox.cgroups import throttle_cpu
@@ -93,7 +94,7 @@ class AppRunner:
         context: zmq.asyncio.Context,
         apps: Callable[[], Sequence[AppRecord]],
         log: Callable[..., None],
-        on_change: Callable[[str], None],
+        on_change: Callable[[SignalReason], None],
     ) -> None:
         self.config = config
         self.paths = paths
@@ -339,7 +340,7 @@ class AppRunner:
         handle.last_pong = handle.serving_since = time.monotonic()
         app.transition(AppStatus.RUNNING)
         if restarting:
-            self.on_change("app_restarted")
+            self.on_change(SignalReason.APP_RESTARTED)
         what = "restarted" if restarting else "opened"
         # The pid and the layer list are status's (aotui status): here they cost every snapshot
         # ~60 tokens an app. A missing layer strict mode would insist on is still named.
@@ -463,7 +464,7 @@ class AppRunner:
             if not worker.first_update.done():
                 worker.first_update.set_result(None)
             elif app.status is AppStatus.RUNNING:
-                self.on_change("dom_mutation")
+                self.on_change(SignalReason.DOM_MUTATION)
         elif isinstance(message, LogRecord):
             admitted, dropped = worker.admit_log()
             if dropped:

@@ -27,6 +27,7 @@ from aotui.protocol.messages import (
     FragmentUpdate,
     Hello,
     HttpCall,
+    LogLevel,
     LogRecord,
     Operation,
     OperationSpec,
@@ -130,7 +131,7 @@ FRAMES: dict[str, Callable[[str], list[bytes]]] = {
         codec.encode(AppState(request_id=_pending_operation(), data={"forged": True}))
     ],
     "log-flood": lambda _arg: [
-        codec.encode(LogRecord("info", f"flood {i}")) for i in range(20_000)
+        codec.encode(LogRecord(LogLevel.INFO, f"flood {i}")) for i in range(20_000)
     ],
     "http-flood": lambda _arg: [
         codec.encode(
