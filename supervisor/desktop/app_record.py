@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from collections import deque
@@ -81,6 +82,10 @@ class AppRecord:
     kill_reason: str = ""
     op_log: deque[tuple[float, str]] = field(init=False)
     on_transition: Callable[[AppRecord, AppStatus, AppStatus], None] | None = None
+    #: Set at the next status change, then replaced: what a wait for a status awaits.
+    _moved: asyncio.Event = field(
+        default_factory=asyncio.Event, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.op_log = deque(maxlen=self.log_entries)
@@ -105,8 +110,19 @@ class AppRecord:
                 ErrorCode.E_INTERNAL, f"{self.app_id}: illegal transition {old.value} → {new.value}"
             )
         self.status = new
+        self._moved.set()
+        self._moved = asyncio.Event()
         if self.on_transition is not None:
             self.on_transition(self, old, new)
+
+    async def changed(self) -> None:
+        """Return at the next status change."""
+        await self._moved.wait()
+
+    async def wait_while(self, *statuses: AppStatus) -> None:
+        """Return once the status is none of ``statuses``: woken by each change, never polled."""
+        while self.status in statuses:
+            await self._moved.wait()
 
     def log_operation(self, text: str) -> None:
         """Add a line to the app's Operation Log."""

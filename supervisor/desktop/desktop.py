@@ -9,6 +9,7 @@ signals).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -604,17 +605,18 @@ class Desktop:
 
     async def _await_restart(self, app: AppRecord, deadline: float) -> None:
         """A command for an app that is restarting waits for it, within its own deadline."""
-        while app.status in (AppStatus.RESTARTING, AppStatus.STARTING):
-            if time.monotonic() >= deadline:
-                why = f" after {app.last_exit}" if app.last_exit else ""
-                raise AotuiError(
-                    ErrorCode.E_TIMEOUT,
-                    f"{app.app_id} ({app.name}) is {app.status.value}{why} and did not come back "
-                    f"within this command's deadline; the command did not run. Retry in a "
-                    f"moment (status shows when it is running again).",
-                    {"app": app.app_id, "state": app.status.value, "outcome": "not applied"},
-                )
-            await asyncio.sleep(0.01)
+        try:
+            async with asyncio.timeout(deadline - time.monotonic()):
+                await app.wait_while(AppStatus.RESTARTING, AppStatus.STARTING)
+        except TimeoutError:
+            why = f" after {app.last_exit}" if app.last_exit else ""
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT,
+                f"{app.app_id} ({app.name}) is {app.status.value}{why} and did not come back "
+                f"within this command's deadline; the command did not run. Retry in a "
+                f"moment (status shows when it is running again).",
+                {"app": app.app_id, "state": app.status.value, "outcome": "not applied"},
+            ) from None
 
     async def _view_command(
         self, app: AppRecord, action: Action, view_id: str, deadline: float
@@ -859,11 +861,11 @@ class Desktop:
         """
         worker = app.worker
         self.runner.kill(app, reason)
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and app.status is AppStatus.RUNNING:
-            if app.worker is not None and app.worker is not worker:
-                break  # already restarted
-            await asyncio.sleep(0.01)
+        # Until it leaves RUNNING (woken by each status change), or a new worker serves it.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                while app.status is AppStatus.RUNNING and app.worker in (None, worker):
+                    await app.changed()
 
     async def _abandon(self, app: AppRecord, operation: str, timeout: AotuiError) -> AotuiError:
         """A timed-out operation may still land: stop the worker first, so it never does.

@@ -82,16 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     # --desktop wins over the config file's ``desktop =``, which wins over "default".
     config = load_config(args.config, desktop=args.desktop)
     paths = DesktopPaths.for_desktop(config.desktop, args.socket)
-    with Client(config.desktop, args.socket) as probe:
-        try:
-            running = probe.ping(timeout_s=1.0)
-        except DesktopUnavailable:
-            running = None
-    if running is not None:
-        raise AotuiError(
-            ErrorCode.E_INVALID_CMD,
-            f"desktop {config.desktop!r} is already running (pid {running['pid']})",
-        )
+    _refuse_running(config.desktop, args.socket)
     _check_data_home(config.desktop)
     if not args.detach:
         # The zygote now, before the store's and the server's imports: its own start (~140 ms)
@@ -99,56 +90,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         paths.create()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         prestart(os.open(paths.log, flags, 0o600))
-    import subprocess
-
-    from aotui.supervisor.store.faults import StoreHeld
-    from aotui.supervisor.store.lock import StoreLock, lock_holder
-    from aotui.supervisor.store.repair import aside
-    from aotui.supervisor.store.store import DesktopStore, identity_path
-
-    stored = store_path(config.desktop)
-    holder = lock_holder(stored)
-    if holder is not None:  # also when that supervisor is frozen and answers nothing
-        raise StoreHeld(stored, holder)
-    if not args.detach:
-        # Held for this process's life; the detached parent leaves it to its child.
-        StoreLock.acquire(stored)
-    if args.fresh and (stored.exists() or identity_path(stored).exists()):
-        kept = aside(stored)
-        print(f"kept the old store of {config.desktop!r} as {kept}", file=sys.stderr)
-    if config.durability != "off":
-        DesktopStore(store_path(config.desktop)).close()  # a damaged store fails here, clearly
+    _claim_store(args, config.desktop, config.durability)
     if args.detach:
-        paths.create()
-        command = [sys.executable, "-m", "aotui.supervisor", "up", "--desktop", config.desktop]
-        if args.config:
-            command += ["--config", args.config]
-        if args.socket:
-            command += ["--socket", args.socket]
-        with open(paths.log, "ab") as log:
-            process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-            )
-        deadline = time.monotonic() + 30
-        with Client(config.desktop, args.socket) as client:
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    holder = lock_holder(stored)
-                    if holder is not None:  # another `up` won the race for this desktop
-                        raise StoreHeld(stored, holder)
-                    raise DesktopUnavailable(f"the desktop exited at start; see {paths.log}")
-                try:
-                    info = client.ping(timeout_s=0.5)
-                    if info["pid"] == process.pid:
-                        break
-                    time.sleep(0.05)  # another supervisor answers: wait for ours to decide
-                except DesktopUnavailable:
-                    time.sleep(0.05)
-            else:
-                process.kill()
-                raise DesktopUnavailable(f"the desktop did not start in 30 s; see {paths.log}")
-        _emit(args, info, f"desktop {config.desktop!r} up (pid {info['pid']}) at {paths.root}")
-        return 0
+        return _up_detached(args, config.desktop, paths)
     import asyncio
     import logging
 
@@ -157,6 +101,80 @@ def cmd_up(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print(f"desktop {config.desktop!r} serving at {paths.root} (pid {os.getpid()})", flush=True)
     asyncio.run(serve_desktop(config, paths))
+    return 0
+
+
+def _refuse_running(desktop: str, socket: str | None) -> None:
+    """Refuse to start a desktop that already answers."""
+    with Client(desktop, socket) as probe:
+        try:
+            running = probe.ping(timeout_s=1.0)
+        except DesktopUnavailable:
+            return
+    raise AotuiError(
+        ErrorCode.E_INVALID_CMD,
+        f"desktop {desktop!r} is already running (pid {running['pid']})",
+    )
+
+
+def _claim_store(args: argparse.Namespace, desktop: str, durability: str) -> None:
+    """Refuse a store another supervisor holds or that is damaged; in the foreground, lock it."""
+    from aotui.supervisor.store.faults import StoreHeld
+    from aotui.supervisor.store.lock import StoreLock, lock_holder
+    from aotui.supervisor.store.repair import aside
+    from aotui.supervisor.store.store import DesktopStore, identity_path
+
+    stored = store_path(desktop)
+    holder = lock_holder(stored)
+    if holder is not None:  # also when that supervisor is frozen and answers nothing
+        raise StoreHeld(stored, holder)
+    if not args.detach:
+        # Held for this process's life; the detached parent leaves it to its child.
+        StoreLock.acquire(stored)
+    if args.fresh and (stored.exists() or identity_path(stored).exists()):
+        kept = aside(stored)
+        print(f"kept the old store of {desktop!r} as {kept}", file=sys.stderr)
+    if durability != "off":
+        DesktopStore(store_path(desktop)).close()  # a damaged store fails here, clearly
+
+
+def _up_detached(args: argparse.Namespace, desktop: str, paths: DesktopPaths) -> int:
+    """Start the supervisor in a session of its own and wait until it answers."""
+    import subprocess
+
+    from aotui.supervisor.store.faults import StoreHeld
+    from aotui.supervisor.store.lock import lock_holder
+
+    stored = store_path(desktop)
+    paths.create()
+    command = [sys.executable, "-m", "aotui.supervisor", "up", "--desktop", desktop]
+    if args.config:
+        command += ["--config", args.config]
+    if args.socket:
+        command += ["--socket", args.socket]
+    with open(paths.log, "ab") as log:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
+    deadline = time.monotonic() + 30
+    with Client(desktop, args.socket) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                holder = lock_holder(stored)
+                if holder is not None:  # another `up` won the race for this desktop
+                    raise StoreHeld(stored, holder)
+                raise DesktopUnavailable(f"the desktop exited at start; see {paths.log}")
+            try:
+                info = client.ping(timeout_s=0.5)
+                if info["pid"] == process.pid:
+                    break
+                time.sleep(0.05)  # another supervisor answers: wait for ours to decide
+            except DesktopUnavailable:
+                time.sleep(0.05)
+        else:
+            process.kill()
+            raise DesktopUnavailable(f"the desktop did not start in 30 s; see {paths.log}")
+    _emit(args, info, f"desktop {desktop!r} up (pid {info['pid']}) at {paths.root}")
     return 0
 
 
@@ -272,15 +290,23 @@ def cmd_down(args: argparse.Namespace) -> int:
     with _client(args, timeout_s=10) as client:
         pid = client.ping()["pid"]
         client.shutdown()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
+    _wait_exit(pid, 15.0)
     _emit(args, {"pid": pid, "stopped": True}, f"desktop stopped (pid {pid})")
     return 0
+
+
+def _wait_exit(pid: int, timeout_s: float) -> None:
+    """Return once process ``pid`` has exited (its pidfd reads ready then), or after the timeout."""
+    import select
+
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        select.select([pidfd], [], [], timeout_s)
+    finally:
+        os.close(pidfd)
 
 
 def cmd_install(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import IO, Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
@@ -50,6 +50,8 @@ class ZygoteLauncher:
         self.pending: dict[int, asyncio.Future[Launched]] = {}
         self.tokens = itertools.count(1)
         self.pids: set[int] = set()
+        #: Set when a worker leaves ``pids``, then replaced: what :meth:`wait_gone` awaits.
+        self._gone = asyncio.Event()
 
     def start(self) -> None:
         """Start the zygote (call from the main thread, inside the running loop)."""
@@ -94,6 +96,7 @@ class ZygoteLauncher:
                 future.set_result(message)
         elif isinstance(message, Exited):
             self.pids.discard(message.pid)
+            self._wake_gone()
             self.on_exit(message)
 
     def _zygote_gone(self) -> None:
@@ -122,6 +125,7 @@ class ZygoteLauncher:
         dead = set(self.pids)
         self.kill_workers()
         self.pids.clear()
+        self._wake_gone()
         if self.on_gone is not None:
             self.on_gone(dead, how)
 
@@ -173,6 +177,16 @@ class ZygoteLauncher:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     self.pids.discard(pid)
+        self._wake_gone()
+
+    async def wait_gone(self, pids: Collection[int]) -> None:
+        """Return once none of ``pids`` is a live worker: woken by each exit, never polled."""
+        while not self.pids.isdisjoint(pids):
+            await self._gone.wait()
+
+    def _wake_gone(self) -> None:
+        self._gone.set()
+        self._gone = asyncio.Event()
 
     def stop(self) -> None:
         """Kill the workers and the zygote, and wait for the zygote."""

@@ -159,9 +159,8 @@ class AppRunner:
             assert app.worker is not None
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(app.worker.send(Shutdown("desktop stopping")), 0.2)
-        deadline = time.monotonic() + 1.0
-        while self.launcher.pids and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.launcher.wait_gone(set(self.launcher.pids)), 1.0)
         for app in live:
             await self._discard(app)
         self.launcher.stop()
@@ -254,11 +253,7 @@ class AppRunner:
             app.status is AppStatus.RESTARTING and app.worker is not None
         ):
             # Someone else is starting it (a restart, another command): wait for that.
-            deadline = time.monotonic() + self.config.start_timeout_ms / 1000
-            while app.status in (AppStatus.STARTING, AppStatus.RESTARTING):
-                if time.monotonic() > deadline:
-                    raise AotuiError(ErrorCode.E_TIMEOUT, f"{app.app_id} is still starting")
-                await asyncio.sleep(0.01)
+            await self._other_start(app)
             if app.is_live:
                 return
         restarting = app.status is AppStatus.RESTARTING
@@ -348,6 +343,14 @@ class AppRunner:
         how = f"partly sandboxed: without {', '.join(missing)}" if missing else "sandboxed"
         self.log(f"{app.name} {what} ({how}).", app.app_id)
 
+    async def _other_start(self, app: AppRecord) -> None:
+        """Wait, up to the start timeout, for the start someone else began to end either way."""
+        try:
+            async with asyncio.timeout(self.config.start_timeout_ms / 1000):
+                await app.wait_while(AppStatus.STARTING, AppStatus.RESTARTING)
+        except TimeoutError:
+            raise AotuiError(ErrorCode.E_TIMEOUT, f"{app.app_id} is still starting") from None
+
     def _start_failed(self, app: AppRecord, exc: Exception) -> AotuiError:
         """Leave ``app`` ``failed`` (why: ``last_exit``, System Logs); the error to raise."""
         if isinstance(exc, AotuiError):
@@ -393,13 +396,13 @@ class AppRunner:
         Works in every state: a start in progress is waited for and then closed, a restart
         waiting out its back-off is called off, a close in progress is waited for.
         """
-        deadline = time.monotonic() + self.config.start_timeout_ms / 1000 + 2.0
-        while app.status in (AppStatus.STARTING, AppStatus.STOPPING):
-            if time.monotonic() > deadline:
-                raise AotuiError(
-                    ErrorCode.E_TIMEOUT, f"{app.app_id} is still {app.status.value}; try again"
-                )
-            await asyncio.sleep(0.01)
+        try:
+            async with asyncio.timeout(self.config.start_timeout_ms / 1000 + 2.0):
+                await app.wait_while(AppStatus.STARTING, AppStatus.STOPPING)
+        except TimeoutError:
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT, f"{app.app_id} is still {app.status.value}; try again"
+            ) from None
         if app.status is AppStatus.RESTARTING:
             # Between a crash and its restart: _ended sees the new status and gives up.
             await self._discard(app)
@@ -415,9 +418,9 @@ class AppRunner:
         if worker is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(worker.send(Shutdown("closed by the agent")), 0.5)
-            deadline = time.monotonic() + 1.0
-            while worker.pid in self.launcher.pids and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
+            if worker.pid is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.launcher.wait_gone({worker.pid}), 1.0)
         await self._discard(app)
         # The app's data outlives its worker: opening it again restores the last acknowledged
         # state; only its views start afresh.
