@@ -484,6 +484,28 @@ class WorkerLoop:
             self.run_callbacks()
 
 
+def _confine(policy: dict[str, Any] | None) -> tuple[tuple[str, ...], str]:
+    """The confinement layers in force, or none and why the sandbox refused to start the app."""
+    try:
+        return confine(policy or {}), ""
+    except Exception as exc:  # fail closed: never run an app after a partial confinement
+        return (), f"the sandbox refused to start the app: {exc}"
+
+
+def _open_channel(
+    context: zmq.Context[zmq.Socket[bytes]], endpoint: str, channel_fd: int | None
+) -> zmq.Socket[bytes]:
+    """The worker's end of its channel: bound on the passed-down socket, or connected (tests)."""
+    sock = context.socket(zmq.PAIR)
+    sock.setsockopt(zmq.LINGER, 2000)
+    if channel_fd is not None:
+        sock.setsockopt(zmq.USE_FD, channel_fd)
+        sock.bind(endpoint)
+    else:
+        sock.connect(endpoint)
+    return sock
+
+
 def run_worker(
     app_id: str,
     app_dir: str,
@@ -498,19 +520,9 @@ def run_worker(
     created and passed down: ZeroMQ binds on it (``ZMQ_USE_FD``) and the supervisor connects, so
     a confined worker never needs to ``connect()`` anywhere. Without it (tests), it connects.
     """
-    refusal = ""
-    try:
-        layers = confine(policy or {})
-    except Exception as exc:  # fail closed: never run an app after a partial confinement
-        layers, refusal = (), f"the sandbox refused to start the app: {exc}"
+    layers, refusal = _confine(policy)
     context = zmq.Context(1)
-    sock = context.socket(zmq.PAIR)
-    sock.setsockopt(zmq.LINGER, 2000)
-    if channel_fd is not None:
-        sock.setsockopt(zmq.USE_FD, channel_fd)
-        sock.bind(endpoint)
-    else:
-        sock.connect(endpoint)
+    sock = _open_channel(context, endpoint, channel_fd)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not sock.poll(int(START_TIMEOUT_S * 1000)):
