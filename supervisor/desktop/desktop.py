@@ -54,6 +54,7 @@ from aotui.supervisor.store.lock import StoreLock
 from aotui.supervisor.store.state import AppEntry, DesktopState
 from aotui.supervisor.store.store import DesktopStore
 from aotui.supervisor.workers.app_logs import last_output, log_size
+from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.runner import AppRunner
 
 __all__ = ["Desktop"]
@@ -829,7 +830,7 @@ class Desktop:
             if exc.data.get("outcome") == "not applied" and exc.code is ErrorCode.E_APP_ERROR:
                 # The worker ran it but cannot acknowledge it: its memory holds an effect that
                 # must not survive. (A worker that lies here only gets itself restarted.)
-                await self._stop_worker(app, "unacknowledged effect")
+                await self._stop_worker(app, ExitReason.UNACKNOWLEDGED_EFFECT)
             raise
         if not isinstance(reply, Ack):
             raise AotuiError(
@@ -837,7 +838,7 @@ class Desktop:
             )
         if reply.state_changes and not isinstance(app.saved_state, dict):
             # Changes to data this desktop does not hold cannot be stored: the effect must go.
-            await self._stop_worker(app, "unacknowledged effect")
+            await self._stop_worker(app, ExitReason.UNACKNOWLEDGED_EFFECT)
             raise AotuiError(
                 ErrorCode.E_APP_ERROR,
                 f"{app.app_id} sent changed parts of data it never sent whole; {what} took no "
@@ -853,7 +854,7 @@ class Desktop:
             raise await self._undo(app, what, exc) from None
         return reply.result
 
-    async def _stop_worker(self, app: AppRecord, reason: str) -> None:
+    async def _stop_worker(self, app: AppRecord, reason: ExitReason) -> None:
         """Kill ``app``'s worker and wait until its views are no longer shown (bounded).
 
         The views it sent may show an effect that is being discarded; once the exit is handled
@@ -874,7 +875,7 @@ class Desktop:
         no effect on the app's state (CONTRACT §6: the outcome is made knowable, not guessed).
         """
         self.log(f"{app.name} did not finish {operation} in time; restarting it without it.")
-        await self._stop_worker(app, "timeout")
+        await self._stop_worker(app, ExitReason.TIMEOUT)
         return AotuiError(
             ErrorCode.E_TIMEOUT,
             f"{timeout.message}; the app was stopped before the operation could complete and "
@@ -887,7 +888,7 @@ class Desktop:
     async def _undo(self, app: AppRecord, operation: str, exc: StoreIOError) -> AotuiError:
         """The operation ran but cannot be stored: restart the app from its stored state."""
         self.log(f"{app.name}: {operation} was undone, because the store cannot be written.")
-        await self._stop_worker(app, "store write failed")
+        await self._stop_worker(app, ExitReason.STORE_WRITE_FAILED)
         return AotuiError(
             ErrorCode.E_IO,
             f"{operation} on {app.app_id} was undone: its result could not be stored "

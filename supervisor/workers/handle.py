@@ -48,6 +48,7 @@ from aotui.protocol.messages import (
     Pong,
 )
 from aotui.protocol.structure import sanitize
+from aotui.supervisor.workers.exits import ExitReason
 
 __all__ = [
     "MAX_WORKER_FRAME",
@@ -253,7 +254,7 @@ class WorkerHandle:
                 ErrorCode.E_APP_ERROR,
                 f"{self.app_id} broke the channel protocol (it sent {wrong}); it was killed "
                 f"(protocol violation) and its restart policy applies",
-                {"app": self.app_id, "last_exit": "protocol violation"},
+                {"app": self.app_id, "last_exit": ExitReason.PROTOCOL_VIOLATION.value},
             )
         if isinstance(reply, Ack) and reply.result is not None:
             reply = dataclasses.replace(reply, result=_clean(reply.result))

@@ -54,6 +54,7 @@ from aotui.supervisor.desktop.view_tree import ViewTree
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
 from aotui.supervisor.server.stall import LoopClock
 from aotui.supervisor.workers.app_logs import OUTPUT_BYTES_PER_S, AppLog
+from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.handle import (
     LOG_LINES_PER_S,
     MAX_WORKER_FRAME,
@@ -65,7 +66,7 @@ from aotui.supervisor.workers.handle import (
 from aotui.supervisor.workers.launcher import ZygoteLauncher
 from aotui.supervisor.workers.restart import RestartDecision, RestartPolicy, RestartTracker
 from aotui.supervisor.workers.uids import UidAllocator
-from aotui.supervisor.workers.watchdog import Violation, Watchdog
+from aotui.supervisor.workers.watchdog import Limit, Violation, Watchdog
 
 __all__ = ["AppRunner"]
 
@@ -75,11 +76,6 @@ _READABLE_CHECK_LIMIT = 2000
 _COPY_LIMIT_BYTES = 64 * 2**20
 #: Brokered HTTP requests one worker may have in flight; more is a flood.
 _MAX_HTTP_IN_FLIGHT = 8
-#: ``last_exit`` of a worker that died because the zygote did (not the app's fault).
-LAUNCHER_EXITED = "launcher exited"
-#: ``last_exit`` of a worker stopped to discard an operation's effect it could not acknowledge
-#: (the operation failed, or its ack could not be sent): the desktop's doing, not a crash.
-DISCARDED_EFFECT = "unacknowledged effect"
 #: The zygote's own restarts: at once, then backing off to 5 s while it keeps dying.
 _ZYGOTE_POLICY = RestartPolicy(max_restarts=100, period_s=60.0, backoff_s=0.1, backoff_max_s=5.0)
 
@@ -429,12 +425,12 @@ class AppRunner:
         app.transition(AppStatus.NOT_RUNNING)
         self.log(f"{app.name} closed.")
 
-    def kill(self, app: AppRecord, reason: str) -> None:
+    def kill(self, app: AppRecord, reason: ExitReason) -> None:
         """SIGKILL ``app``'s worker, recording why (the exit report picks the reason up)."""
         worker = app.worker
         if worker is None or worker.pid is None:
             return
-        app.kill_reason = app.kill_reason or reason
+        app.kill_reason = app.kill_reason or reason.value  # plain data: stored and sent as is
         _kill_group(worker.pid)
 
     async def _discard(self, app: AppRecord) -> None:
@@ -484,7 +480,7 @@ class AppRunner:
         elif isinstance(message, HttpCall):
             if worker.http_in_flight >= _MAX_HTTP_IN_FLIGHT:
                 self.log(f"{app.name} flooded the HTTP broker; killing it.")
-                self.kill(app, "protocol violation")
+                self.kill(app, ExitReason.PROTOCOL_VIOLATION)
                 return
             worker.http_in_flight += 1
             task = asyncio.get_running_loop().create_task(self._http(app, worker, message))
@@ -527,7 +523,7 @@ class AppRunner:
             return
         what = f"{app.name} broke the channel protocol ({error.message}); killing it."
         self.log(what, app.app_id)
-        self.kill(app, "protocol violation")
+        self.kill(app, ExitReason.PROTOCOL_VIOLATION)
 
     def _fault(self, worker: WorkerHandle, exc: Exception) -> None:
         """A bug of ours reading ``worker``'s channel: say so and restart the app from its
@@ -536,7 +532,7 @@ class AppRunner:
         if app is None:
             return
         self.log(f"{app.name}: {describe_fault(app.app_id, exc)}; killing it.", app.app_id)
-        self.kill(app, "supervisor error")
+        self.kill(app, ExitReason.SUPERVISOR_ERROR)
 
     def _exited(self, exited: Exited) -> None:
         app = next((a for a in self.apps() if a.worker and a.worker.pid == exited.pid), None)
@@ -570,7 +566,8 @@ class AppRunner:
 
     async def _ended(self, app: AppRecord, abnormal: bool, served_s: float = 0.0) -> None:
         """Apply the restart policy to a worker that ended on its own (after ``served_s``)."""
-        if app.last_exit in (LAUNCHER_EXITED, DISCARDED_EFFECT):
+        # Not the app's doing: the zygote died, or the desktop discarded an effect.
+        if app.last_exit in (ExitReason.LAUNCHER_EXITED, ExitReason.UNACKNOWLEDGED_EFFECT):
             decision = RestartDecision(True)  # the zygote died, or an effect was undone
         else:
             decision = app.restart_tracker.decide(abnormal, served_s)
@@ -614,7 +611,7 @@ class AppRunner:
         for app in list(self.apps()):
             worker = app.worker
             if worker is not None and worker.pid is not None and worker.pid in pids:
-                app.kill_reason = LAUNCHER_EXITED
+                app.kill_reason = ExitReason.LAUNCHER_EXITED.value
                 self._exited(Exited(worker.pid, None, signal.SIGKILL))
         task = asyncio.get_running_loop().create_task(self._revive_zygote(delay))
         self._tasks = [*(t for t in self._tasks if not t.done()), task]
@@ -648,12 +645,12 @@ class AppRunner:
                 app = next((a for a in self.apps() if a.app_id == violation.app_id), None)
                 if app is None or app.worker is None or app.worker.pid != violation.pid:
                     continue
-                if violation.reason == "cpu throttled":
+                if violation.reason is Limit.CPU_THROTTLED:
                     self._throttle(app, violation)
                     continue
                 answered.pop(violation.pid, None)
                 self.log(f"{app.name} over its {violation.reason} ({violation.detail}).")
-                self.kill(app, violation.reason)
+                self.kill(app, ExitReason(violation.reason.value))
 
     def _throttle(self, app: AppRecord, violation: Violation) -> None:
         """A busy worker over its CPU share keeps serving, held to its share by the kernel."""
@@ -690,7 +687,7 @@ class AppRunner:
                     self.log(
                         f"{app.name} stopped answering heartbeats for {silent:.0f} s; killing it."
                     )
-                    self.kill(app, "timeout")
+                    self.kill(app, ExitReason.TIMEOUT)
                     continue
                 with contextlib.suppress(zmq.ZMQError, AotuiError):
                     await worker.send(Ping(seq))

@@ -28,6 +28,7 @@ hands what was measured (processes, summed RSS and CPU) to ``status``, which sho
 
 from __future__ import annotations
 
+import enum
 import os
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from aotui.supervisor.server.registry import Clock
 __all__ = [
     "PRECISE_ABOVE",
     "GroupUsage",
+    "Limit",
     "Violation",
     "Watchdog",
     "WatchedWorker",
@@ -83,14 +85,24 @@ class GroupUsage:
     cpu_percent: float | None
 
 
+class Limit(enum.StrEnum):
+    """The limit a worker is past; the values of the two that kill are ``last_exit`` words."""
+
+    #: Its process group's memory: killed (``ExitReason.MEMORY_LIMIT``).
+    MEMORY_LIMIT = "memory limit"
+    #: Its CPU share, spinning without serving: killed (``ExitReason.CPU_LIMIT``).
+    CPU_LIMIT = "cpu limit"
+    #: Its CPU share while answering requests: held to it by the kernel, not killed.
+    CPU_THROTTLED = "cpu throttled"
+
+
 @dataclass(frozen=True)
 class Violation:
     """A worker past a limit."""
 
     app_id: str
     pid: int
-    #: ``memory limit``, ``cpu limit`` or ``cpu throttled`` (the one that is not a kill).
-    reason: str
+    reason: Limit
     detail: str
 
 
@@ -145,7 +157,7 @@ class Watchdog:
                 continue
             if violation is not None:
                 violations.append(violation)
-                if violation.reason != "cpu throttled":
+                if violation.reason is not Limit.CPU_THROTTLED:
                     self.forget(worker.pid)
         return violations
 
@@ -187,7 +199,7 @@ class Watchdog:
                 return Violation(
                     worker.app_id,
                     worker.pid,
-                    "memory limit",
+                    Limit.MEMORY_LIMIT,
                     f"{used / 2**20:.0f} MB private memory, limit "
                     f"{worker.memory_bytes / 2**20:.0f} MB",
                 )
@@ -209,7 +221,7 @@ class Watchdog:
                 return Violation(
                     worker.app_id,
                     worker.pid,
-                    "cpu throttled",
+                    Limit.CPU_THROTTLED,
                     f"{percent:.0f}% CPU in {self.cpu_window_s:g} s while answering requests, "
                     f"share {worker.cpu_percent:g}%",
                 )
@@ -218,7 +230,7 @@ class Watchdog:
                 return Violation(
                     worker.app_id,
                     worker.pid,
-                    "cpu limit",
+                    Limit.CPU_LIMIT,
                     f"{percent:.0f}% CPU for {self.cpu_strikes} windows of "
                     f"{self.cpu_window_s:g} s, limit {worker.cpu_percent:g}%",
                 )
