@@ -6,8 +6,8 @@ handles raw frames.
 
 Directions:
 
-- supervisor → worker: :class:`Start`, :class:`Operation`, :class:`Mount`, :class:`Dismount`,
-  :class:`Serialize`, :class:`Ping`, :class:`Shutdown`.
+- supervisor → worker: :class:`Start` (and its :class:`RestoreChunk`), :class:`Operation`,
+  :class:`Mount`, :class:`Dismount`, :class:`Serialize`, :class:`Ping`, :class:`Shutdown`.
 - worker → supervisor: :class:`Hello`, :class:`FragmentUpdate`, :class:`Ack`, :class:`ErrorReply`,
   :class:`AppState`, :class:`Pong`, :class:`LogRecord`, :class:`HttpCall` (answered by
   :class:`HttpResult`).
@@ -48,6 +48,7 @@ __all__ = [
     "Pong",
     "Reply",
     "Request",
+    "RestoreChunk",
     "Serialize",
     "Shutdown",
     "Signal",
@@ -163,6 +164,17 @@ class Start(Message):
     restore: Any = None
     #: View keys mounted before the restart.
     mounted: list[str] = field(default_factory=list)
+    #: Keyed data too large for one frame: ``restore`` is ``None`` and this many
+    #: :class:`RestoreChunk` messages follow, whose parts together are the data.
+    chunks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreChunk(Message):
+    """Some parts of the keyed data a new worker restores (after a :class:`Start` with chunks)."""
+
+    KIND: ClassVar[str] = "restore_chunk"
+    parts: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +423,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.KIND: cls
     for cls in (
         Start,
+        RestoreChunk,
         Operation,
         Mount,
         Dismount,

@@ -49,6 +49,7 @@ from aotui.protocol.messages import (
     Operation,
     Ping,
     Pong,
+    RestoreChunk,
     Serialize,
     Shutdown,
     Start,
@@ -492,6 +493,22 @@ def _confine(policy: dict[str, Any] | None) -> tuple[tuple[str, ...], str]:
         return (), f"the sandbox refused to start the app: {exc}"
 
 
+def _restored_data(sock: zmq.Socket[bytes], start: Start) -> Any:
+    """The data to restore: ``start.restore``, or the parts of the chunks that follow it
+    (``_UNKNOWN`` when they do not come in time or are not chunks)."""
+    if not start.chunks:
+        return start.restore
+    data: dict[str, Any] = {}
+    for _ in range(start.chunks):
+        if not sock.poll(int(START_TIMEOUT_S * 1000)):
+            return _UNKNOWN
+        chunk = codec.decode(sock.recv())
+        if not isinstance(chunk, RestoreChunk):
+            return _UNKNOWN
+        data.update(chunk.parts)
+    return data
+
+
 def _open_channel(
     context: zmq.Context[zmq.Socket[bytes]], endpoint: str, channel_fd: int | None
 ) -> zmq.Socket[bytes]:
@@ -530,6 +547,9 @@ def run_worker(
         start = codec.decode(sock.recv())
         if not isinstance(start, Start):
             return 3
+        restore = _restored_data(sock, start)
+        if restore is _UNKNOWN:
+            return 3
         if refusal:
             sock.send(codec.encode(LogRecord(level=LogLevel.ERROR, message=refusal)))
             sock.send(
@@ -551,8 +571,12 @@ def run_worker(
                     os.write(wake_w, b"\0")
 
             app.wakeup = wake
-            if start.restore is not None:
-                app.restore(start.restore)
+            if restore is not None:
+                app.restore(restore)
+                if app.keyed() and isinstance(restore, dict):
+                    # The desktop holds exactly these parts: acks send only what changes (the
+                    # data whole may be more than a frame could carry).
+                    loop.acked_state = _KEYED
             app.on_start()
             for root in app.roots():
                 app.add_view(root)

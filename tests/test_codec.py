@@ -41,6 +41,7 @@ from aotui.protocol.messages import (
     Pong,
     Reply,
     Request,
+    RestoreChunk,
     Serialize,
     Shutdown,
     Signal,
@@ -70,6 +71,7 @@ EXAMPLES: dict[str, Message] = {
     message.KIND: message
     for message in (
         Start("app_3", restore={"drafts": ["hi"], "cursor": 4}, mounted=["conversation:johnny"]),
+        RestoreChunk(parts={"msg:1": {"text": "hi"}, "next_id": 2}),
         Operation(
             request_id=41,
             view="conversation:johnny",

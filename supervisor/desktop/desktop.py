@@ -49,6 +49,7 @@ from aotui.supervisor.desktop.system_log import SystemLog
 from aotui.supervisor.manifest import Manifest, load_manifest, name_key
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
 from aotui.supervisor.server.registry import RefTableSharing, SnapshotRegistry
+from aotui.supervisor.store.budget import DataBudget
 from aotui.supervisor.store.faults import StoreIOError
 from aotui.supervisor.store.lock import StoreLock
 from aotui.supervisor.store.state import AppEntry, DesktopState
@@ -104,6 +105,8 @@ class Desktop:
         #: budgets shorten the least recently touched first.
         self.touched: dict[str, float] = {}
         self._dirty: set[str] = set()
+        #: The stored size of each app's keyed data, held under its budget (store/budget.py).
+        self.data_budget = DataBudget()
         self._flusher: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
         #: Told each execute's arguments as resolved (a chaos run's nemesis), or None.
@@ -845,6 +848,12 @@ class Desktop:
                 f"effect: the app restarts from its last acknowledged state",
                 {"outcome": "not applied"},
             )
+        if reply.state_changes:
+            try:
+                self.data_budget.admit(app.app_id, app.name, app.saved_state, reply.state_changes)
+            except AotuiError:
+                await self._stop_worker(app, ExitReason.UNACKNOWLEDGED_EFFECT)
+                raise
         try:  # the ack waits for the store (durability "ack")
             if reply.state_changes:
                 await self._commit_parts(app, reply.state_changes)

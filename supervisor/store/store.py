@@ -6,7 +6,8 @@ a ``meta`` table (format version, id, times, next ``app_N``, the snapshot-id res
 bytes and every plain value survive exactly, and each row carries a checksum of its content) and
 an ``app_parts`` table: for an app whose data is keyed (a dict of parts), an acknowledged
 operation writes only the parts it changed (:meth:`DesktopStore.save_parts`), which override the
-app row's data when loaded; writing the whole app row again drops them.
+app row's data when loaded; writing the whole app row again drops them (keyed data too large for
+one frame is then written as an empty row and all of its parts).
 Durability is the caller's choice per write: ``synchronous=FULL`` makes a commit durable before
 it returns (per-ack mode). The file is opened in SQLite's exclusive locking mode: one process at
 a time (the supervisor, which also holds :mod:`~supervisor.store.lock`), and no shared-memory
@@ -333,11 +334,7 @@ class DesktopStore:
             db.execute(f"DELETE FROM apps WHERE app NOT IN ({marks})", keep)
             db.execute(f"DELETE FROM app_parts WHERE app NOT IN ({marks})", keep)
             for position, entry in enumerate(state.apps):
-                db.execute(
-                    "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)", _app_row(position, entry)
-                )
-                # The row holds the whole data now: its parts are in it.
-                db.execute("DELETE FROM app_parts WHERE app = ?", (entry.app,))
+                _write_app(db, position, entry)
 
     def save_apps(self, state: DesktopState, entries: list[AppEntry]) -> None:
         """Write some apps (and the desktop's meta) in one durable transaction."""
@@ -345,11 +342,7 @@ class DesktopStore:
         with self._transaction() as db:
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
             for entry in entries:
-                db.execute(
-                    "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)",
-                    _app_row(positions.get(entry.app, len(positions)), entry),
-                )
-                db.execute("DELETE FROM app_parts WHERE app = ?", (entry.app,))
+                _write_app(db, positions.get(entry.app, len(positions)), entry)
 
     def save_parts(self, state: DesktopState, entry: AppEntry, changes: dict[str, Any]) -> None:
         """Write the parts of ``entry``'s keyed data that changed, in one durable transaction.
@@ -371,11 +364,7 @@ class DesktopStore:
                 position = next(
                     (i for i, e in enumerate(state.apps) if e.app == entry.app), len(state.apps)
                 )
-                db.execute(
-                    "INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)",
-                    _app_row(position, replace(entry, data=data)),
-                )
-                db.execute("DELETE FROM app_parts WHERE app = ?", (entry.app,))
+                _write_app(db, position, replace(entry, data=data))
                 return
             db.executemany(
                 "INSERT OR REPLACE INTO app_parts VALUES (?, ?, ?, ?)",
@@ -474,6 +463,27 @@ def _app_row(position: int, entry: AppEntry) -> tuple[str, int, str, bytes | Non
     blob = None if data is None else codec.encode(AppState(request_id=0, data=data))
     text = json.dumps(fields)
     return (entry.app, position, text, blob, row_checksum(text, blob))
+
+
+def _write_app(db: sqlite3.Connection, position: int, entry: AppEntry) -> None:
+    """Write ``entry``'s row whole; keyed data too large for one frame goes in as its parts."""
+    parts: dict[str, Any] = {}
+    try:
+        row = _app_row(position, entry)
+    except AotuiError:
+        if not isinstance(entry.data, dict):
+            raise
+        # Keyed data is acknowledged part by part and may outgrow a frame: the row keeps none
+        # of it and each part is a row of its own (each within a frame, as its ack was).
+        row = _app_row(position, replace(entry, data={}))
+        parts = entry.data
+    db.execute("INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)", row)
+    # The row holds the whole data now (or the parts below do): older parts are in it.
+    db.execute("DELETE FROM app_parts WHERE app = ?", (entry.app,))
+    db.executemany(
+        "INSERT OR REPLACE INTO app_parts VALUES (?, ?, ?, ?)",
+        [_part_row(entry.app, part, value) for part, value in parts.items()],
+    )
 
 
 # A part written as gone (``None``) is stored as NULL data; its checksum still covers the row.

@@ -36,7 +36,6 @@ from aotui.protocol.messages import (
     Ping,
     Shutdown,
     SignalReason,
-    Start,
 )
 from aotui.sandbox.cgroups import throttle_cpu
 from aotui.sandbox.confine import required_layers
@@ -65,6 +64,7 @@ from aotui.supervisor.workers.handle import (
 )
 from aotui.supervisor.workers.launcher import ZygoteLauncher
 from aotui.supervisor.workers.restart import RestartDecision, RestartPolicy, RestartTracker
+from aotui.supervisor.workers.restore import restore_messages
 from aotui.supervisor.workers.uids import UidAllocator
 from aotui.supervisor.workers.watchdog import Limit, Violation, Watchdog
 
@@ -316,8 +316,9 @@ class AppRunner:
             handle.output = output
             limits = {**vars(self.config.limits), **app.manifest.limits}
             self.watchdog.watch(app.app_id, handle.pid, limits["memory_mb"], limits["cpu_percent"])
-            start = Start(app.app_id, app.saved_state, app.restore_views)
-            await asyncio.wait_for(handle.send(start), timeout)
+            # Keyed data larger than a frame follows its Start in chunks (workers/restore.py).
+            for message in restore_messages(app.app_id, app.saved_state, app.restore_views):
+                await asyncio.wait_for(handle.send(message), timeout)
             await asyncio.wait_for(asyncio.shield(handle.hello), timeout)
             await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
         except (AotuiError, TimeoutError, OSError) as exc:
