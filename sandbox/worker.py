@@ -523,6 +523,22 @@ def _open_channel(
     return sock
 
 
+def _mount_views(loop: WorkerLoop, app: App, mounted: list[str]) -> None:
+    """Mount the app's roots, then again the views the desktop had mounted."""
+    for root in app.roots():
+        app.add_view(root)
+        loop.mount(root.key, root=True)
+    # Restored views come in mount order, so each parent renders (and records its links)
+    # before its children are mounted again.
+    for key in mounted:
+        for mounted_key, view in list(loop.mounted.items()):
+            if mounted_key not in loop.sent:
+                loop.sent[mounted_key] = loop.render_one(mounted_key, view)
+        if key not in loop.mounted and app.view(key) is not None:
+            loop.mount(key)
+    loop.sent.clear()
+
+
 def run_worker(
     app_id: str,
     app_dir: str,
@@ -578,18 +594,7 @@ def run_worker(
                     # data whole may be more than a frame could carry).
                     loop.acked_state = _KEYED
             app.on_start()
-            for root in app.roots():
-                app.add_view(root)
-                loop.mount(root.key, root=True)
-            # Restored views come in mount order, so each parent renders (and records its
-            # links) before its children are mounted again.
-            for key in start.mounted:
-                for mounted_key, view in list(loop.mounted.items()):
-                    if mounted_key not in loop.sent:
-                        loop.sent[mounted_key] = loop.render_one(mounted_key, view)
-                if key not in loop.mounted and app.view(key) is not None:
-                    loop.mount(key)
-            loop.sent.clear()
+            _mount_views(loop, app, start.mounted)
         except Exception as exc:
             detail = real_names("".join(traceback.format_exception(exc)).strip())
             sock.send(codec.encode(LogRecord(level=LogLevel.ERROR, message=detail[-2000:])))
