@@ -49,6 +49,7 @@ __all__ = [
     "Reply",
     "Request",
     "RestoreChunk",
+    "SandboxLayer",
     "Serialize",
     "Shutdown",
     "Signal",
@@ -82,6 +83,41 @@ class LogLevel(enum.StrEnum):
     WARNING = "warning"
     #: An app's own code failed (a hook, a timer, its start).
     ERROR = "error"
+
+
+class SandboxLayer(enum.StrEnum):
+    """One confinement layer a worker reports in force (``sandbox/confine.py`` applies them)."""
+
+    #: Descriptors the worker did not need are closed.
+    FD_CLOSE = "fd-close"
+    #: Only a minimal environment is left.
+    MINIMAL_ENV = "minimal-env"
+    #: No core dumps (they would write the app's memory out).
+    NO_CORE_DUMPS = "no-core-dumps"
+    #: The per-app memory, CPU and pids cgroups.
+    CGROUP = "cgroup"
+    #: A user namespace (unprivileged workers).
+    USERNS = "userns"
+    #: A network namespace with no interfaces.
+    NETNS = "netns"
+    #: An IPC namespace of its own.
+    IPCNS = "ipcns"
+    #: The per-app uid (root workers).
+    UID_DROP = "uid-drop"
+    #: No capabilities left.
+    NO_CAPS = "no-caps"
+    #: Resource limits (files, processes, sizes).
+    RLIMITS = "rlimits"
+    #: It dies with its zygote.
+    PDEATHSIG = "pdeathsig"
+    #: No privileges gained through exec.
+    NO_NEW_PRIVS = "no-new-privs"
+    #: Landlock's filesystem rules.
+    LANDLOCK = "landlock"
+    #: Landlock's scopes (no signals or abstract sockets outside its domain).
+    LANDLOCK_SCOPE = "landlock-scope"
+    #: The seccomp allow-list of system calls.
+    SECCOMP = "seccomp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,8 +281,8 @@ class Hello(Message):
 
     KIND: ClassVar[str] = "hello"
     pid: int
-    #: The confinement layers active in this worker (``landlock``, ``seccomp``, …).
-    layers: list[str] = field(default_factory=list)
+    #: The confinement layers active in this worker.
+    layers: list[SandboxLayer] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

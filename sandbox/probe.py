@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from aotui.protocol.messages import SandboxLayer
 from aotui.sandbox import cgroups, handles, landlock
 from aotui.sandbox.confine import apply_layers, required_layers
 from aotui.sandbox.linux import prctl
@@ -30,10 +31,7 @@ from aotui.sandbox.policy import Policy
 __all__ = ["LAYERS", "probe"]
 
 #: Every layer a worker can report, in the order they are applied.
-LAYERS = (
-    "fd-close", "minimal-env", "no-core-dumps", "cgroup", "userns", "netns", "ipcns", "uid-drop",
-    "no-caps", "rlimits", "pdeathsig", "no-new-privs", "landlock", "landlock-scope", "seccomp",
-)  # fmt: skip
+LAYERS = tuple(layer.value for layer in SandboxLayer)
 
 #: The uid a root probe drops to, standing in for a per-app uid.
 PROBE_UID = 65534

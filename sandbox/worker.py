@@ -50,6 +50,7 @@ from aotui.protocol.messages import (
     Ping,
     Pong,
     RestoreChunk,
+    SandboxLayer,
     Serialize,
     Shutdown,
     Start,
@@ -608,7 +609,7 @@ def run_worker(
                 )
             )
             return 1
-        loop.send(Hello(pid=os.getpid(), layers=list(layers)))
+        loop.send(Hello(pid=os.getpid(), layers=[SandboxLayer(name) for name in layers]))
         loop.flush(force=True)
         loop.serve()
         return 0

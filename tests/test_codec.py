@@ -42,6 +42,7 @@ from aotui.protocol.messages import (
     Reply,
     Request,
     RestoreChunk,
+    SandboxLayer,
     Serialize,
     Shutdown,
     Signal,
@@ -85,7 +86,7 @@ EXAMPLES: dict[str, Message] = {
         Serialize(9),
         Ping(2**64 - 1),
         Shutdown("desktop closing"),
-        Hello(pid=4242),
+        Hello(pid=4242, layers=[SandboxLayer.LANDLOCK, SandboxLayer.SECCOMP]),
         FragmentUpdate(views=[VIEW]),
         Ack(request_id=41, result={"sent": True}, state={"drafts": []}),
         AppState(request_id=9, data={"drafts": ["a", "b"], "ratio": -0.5, "blob": b"\x00\xff"}),
@@ -216,6 +217,8 @@ def test_a_closed_set_travels_as_its_plain_word_and_refuses_others() -> None:
     reasons = {"desktop_id": "d", "timestamp": 1, "reason": "app_opened", "reasons": ["nope"]}
     refused(frame("signal", reasons), "unknown_value", field="reasons[0]")
     refused(frame("log", {"level": 1, "message": "m"}), "wrong_type", field="level")
+    forged = {"pid": 1, "layers": ["landlock", "forged-layer"]}
+    refused(frame("hello", forged), "unknown_value", field="layers[1]")
     unencodable(LogRecord("error", "m"), "wrong_type")  # type: ignore[arg-type]
 
 

@@ -333,7 +333,7 @@ class WorkerHandle:
         if isinstance(message, Hello):
             if self.hello.done():
                 raise _violation("a second hello")
-            self.layers = list(message.layers)
+            self.layers = [layer.value for layer in message.layers]  # plain data for status
             self.hello.set_result(message)
             return
         if isinstance(message, Pong):

@@ -25,7 +25,6 @@ from aotui.protocol.messages import (
     ChildLink,
     Exited,
     FragmentUpdate,
-    Hello,
     HttpCall,
     LogLevel,
     LogRecord,
@@ -119,8 +118,9 @@ FRAMES: dict[str, Callable[[str], list[bytes]]] = {
     "wrong-version": lambda _arg: [msgpack.packb([2, "log", {"level": "info", "message": "v2"}])],
     "unknown-kind": lambda _arg: [msgpack.packb([1, "exec", {"argv": ["/bin/sh"]}])],
     "forged-ack": lambda _arg: [codec.encode(Ack(request_id=2**40, result="forged"))],
+    # Raw: the codec does not encode a layer outside the closed set (the supervisor refuses it).
     "forged-hello": lambda pid: [
-        codec.encode(Hello(pid=int(pid), layers=["landlock", "forged-layer"]))
+        msgpack.packb([1, "hello", {"pid": int(pid), "layers": ["landlock", "forged-layer"]}])
     ],
     "forged-exited": lambda pid: [
         codec.encode(Exited(pid=int(pid), exit_code=None, signal=9, reason="memory limit"))
