@@ -53,6 +53,7 @@ from aotui.supervisor.desktop.view_tree import ViewTree
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
 from aotui.supervisor.server.stall import LoopClock
 from aotui.supervisor.workers.app_logs import OUTPUT_BYTES_PER_S, AppLog
+from aotui.supervisor.workers.app_tmp import forget_base, make_base
 from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.handle import (
     LOG_LINES_PER_S,
@@ -113,6 +114,8 @@ class AppRunner:
         self._tmp_dirs: dict[str, Path] = {}
         #: Per running app whose files its uid cannot read: the copy it runs from.
         self._copies: dict[str, Path] = {}
+        #: Where the apps' private temporary directories go (set by :meth:`start`).
+        self.app_tmp_root = self.tmp_root
         self._tasks: list[asyncio.Task[None]] = []
         self._http_tasks: set[asyncio.Task[None]] = set()
         # Brokered HTTP has threads of its own: slow servers cannot starve the store's writes.
@@ -128,14 +131,18 @@ class AppRunner:
 
     @property
     def tmp_root(self) -> Path:
-        """Where the apps' private temporary directories live: ``<runtime>/tmp/``."""
+        """The desktop's private scratch space (app copies): ``<runtime>/tmp/``."""
         return self.paths.root / "tmp"
 
     def start(self) -> None:
         """Start the zygote and the background loops."""
         # What a desktop killed before it could clean up left behind.
+        if self.tmp_root.is_dir():
+            forget_base(self.tmp_root)
         _remove_tree(self.tmp_root)
         self.tmp_root.mkdir(mode=0o700)
+        # Per-app uids reach their temp dirs by name there (workers/app_tmp.py: SQLite needs it).
+        self.app_tmp_root = make_base(self.tmp_root) if self.uids is not None else self.tmp_root
         self.launcher.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -161,6 +168,7 @@ class AppRunner:
             await self._discard(app)
         self.launcher.stop()
         self.http_pool.shutdown(wait=False, cancel_futures=True)
+        forget_base(self.tmp_root)
         _remove_tree(self.tmp_root)
 
     def readable_app_dir(self, app: AppRecord, uid: int) -> Path:
@@ -209,7 +217,7 @@ class AppRunner:
             app_dir = self._copies.get(app.app_id) or self.readable_app_dir(app, uid)
         tmp_dir = self._tmp_dirs.get(app.app_id)
         if tmp_dir is None:
-            tmp_dir = self.tmp_root / f"{app.app_id}-{secrets.token_hex(4)}"
+            tmp_dir = self.app_tmp_root / f"{app.app_id}-{secrets.token_hex(4)}"
             tmp_dir.mkdir(mode=0o700)
             self._tmp_dirs[app.app_id] = tmp_dir
             if uid is not None:
