@@ -468,6 +468,7 @@ class Desktop:
             raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is a system app")
         await self.close_app(app)
         self.apps.remove(app)
+        self.data_budget.forget(app.app_id)
         self.log(f"Uninstalled {app.name} ({app.manifest.id}).")
         if self.store is not None:
             try:
