@@ -35,6 +35,8 @@ __all__ = [
     "FragmentUpdate",
     "Hello",
     "HttpCall",
+    "HttpRequest",
+    "HttpResponse",
     "HttpResult",
     "Launch",
     "Launched",
@@ -128,6 +130,36 @@ class Message:
 
 
 # --- nested records (not messages themselves) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """An app's HTTP request, as it travels from the worker to the supervisor's broker."""
+
+    #: An HTTP method (the broker allows ``supervisor.broker.http.METHODS``).
+    method: str
+    #: An absolute ``http://`` or ``https://`` URL.
+    url: str
+    #: Request headers; ``Host``, ``Content-Length`` and ``Connection`` are the broker's.
+    headers: dict[str, str] = field(default_factory=dict)
+    #: At most ``supervisor.broker.http.MAX_REQUEST_BODY`` bytes.
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    """What the server answered to the last hop of a brokered fetch."""
+
+    #: The HTTP status code.
+    status: int
+    #: The reason phrase, as the server sent it.
+    reason: str
+    #: Header names lower-cased; a repeated header's values joined with ``", "``.
+    headers: dict[str, str]
+    #: The body, at most the policy's ``max_response_bytes``.
+    body: bytes
+    #: The URL that answered, after redirects.
+    url: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,8 +368,8 @@ class HttpCall(Message):
     KIND: ClassVar[str] = "http"
     #: Chosen by the worker; echoed by :class:`HttpResult`.
     call_id: int
-    #: ``{"method", "url", "headers", "body"}`` (see ``supervisor.broker.http.HttpRequest``).
-    request: dict[str, Any]
+    #: What to fetch; the broker checks it before anything touches the network.
+    request: HttpRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +378,7 @@ class HttpResult(Message):
 
     KIND: ClassVar[str] = "http_result"
     call_id: int
-    response: dict[str, Any] | None = None
+    response: HttpResponse | None = None
     error: dict[str, Any] | None = None
 
 

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Generic, TypeVar, final
 
 from markupsafe import Markup, escape
 
+from aotui.protocol.messages import HttpRequest, HttpResponse
 from aotui.sandbox.operations import (
     OperationDef,
     Ref,
@@ -245,7 +246,7 @@ class App:
         #: Set by the worker: sends a line to the desktop's System Logs.
         self.log: Callable[[str], None] = lambda message: None
         #: Set by the worker: performs a brokered HTTP request (see :meth:`http`).
-        self.broker: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self.broker: Callable[[HttpRequest], HttpResponse] | None = None
 
     # --- hooks an app overrides -----------------------------------------------------------------
 
@@ -342,16 +343,13 @@ class App:
         """
         if self.broker is None:
             raise RuntimeError("http() is only available inside a running worker")
-        answer = self.broker(
-            {"method": method, "url": url, "headers": dict(headers or {}), "body": bytes(body)}
-        )
-        return HttpReply(
-            status=int(answer["status"]),
-            reason=str(answer["reason"]),
-            headers=dict(answer["headers"]),
-            body=bytes(answer["body"]),
-            url=str(answer["url"]),
-        )
+        for name, value in (headers or {}).items():
+            if type(name) is not str or type(value) is not str:
+                raise TypeError(f"HTTP header {name!r} must map a str to a str, got {value!r:.80}")
+        if type(method) is not str or type(url) is not str:
+            raise TypeError("http() takes the method and the URL as str")
+        answer = self.broker(HttpRequest(method, url, dict(headers or {}), bytes(body)))
+        return HttpReply(answer.status, answer.reason, answer.headers, answer.body, answer.url)
 
     @final
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:

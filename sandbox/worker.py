@@ -41,6 +41,8 @@ from aotui.protocol.messages import (
     FragmentUpdate,
     Hello,
     HttpCall,
+    HttpRequest,
+    HttpResponse,
     HttpResult,
     LogLevel,
     LogRecord,
@@ -439,7 +441,7 @@ class WorkerLoop:
         if due:
             self.flush()
 
-    def broker_call(self, request: dict[str, Any]) -> dict[str, Any]:
+    def broker_call(self, request: HttpRequest) -> HttpResponse:
         """Ask the supervisor to perform an HTTP request; blocks until its answer.
 
         Messages that arrive meanwhile are kept, in order, for the loop to serve afterwards.

@@ -28,6 +28,8 @@ from aotui.protocol.messages import (
     FragmentUpdate,
     Hello,
     HttpCall,
+    HttpRequest,
+    HttpResponse,
     HttpResult,
     Launch,
     Launched,
@@ -95,10 +97,7 @@ EXAMPLES: dict[str, Message] = {
         Launch(3, "app_3", "/srv/apps/chat", "main.py", "ipc:///tmp/w3", {"memory_mb": 256}),
         Launched(token=3, pid=4243),
         Exited(pid=4243, exit_code=None, signal=9, reason="memory limit"),
-        HttpCall(
-            call_id=1,
-            request={"method": "GET", "url": "https://a.example/", "headers": {}, "body": b""},
-        ),
+        HttpCall(call_id=1, request=HttpRequest("GET", "https://a.example/", {"a": "b"}, b"")),
         HttpResult(call_id=1, error={"code": "E_PERMISSION", "message": "not granted"}),
         ErrorReply(41, "E_NOT_FOUND", "no view thread:9", {"view": "thread:9"}),
         Request(request_id=1, method="execute", params={"command": "app_3.send_message"}),
@@ -361,6 +360,18 @@ def test_dead_fields_are_gone_from_the_wire(kind: str, fields: object, dead: str
     """Fields nothing read (a version never compared, revisions, an always empty list)."""
     error = refused(frame(kind, fields), "unknown_field", kind=kind)
     assert repr(dead) in error.message
+
+
+def test_http_records_are_checked_field_by_field() -> None:
+    """A worker's HTTP request is a typed record: a malformed one never reaches the broker."""
+    response = HttpResponse(200, "OK", {"content-type": "text/plain"}, b"hi", "https://a.example/")
+    assert decode(encode(HttpResult(2, response=response))) == HttpResult(2, response=response)
+    request = {"method": "GET", "url": "https://a.example/", "headers": {"a": 1}, "body": b""}
+    error = refused(frame("http", {"call_id": 1, "request": request}), "wrong_type")
+    assert error.data["field"] == "request.headers['a']"
+    request["headers"] = {}
+    refused(frame("http", {"call_id": 1, "request": {**request, "bdy": b""}}), "unknown_field")
+    refused(frame("http", {"call_id": 1, "request": {**request, "body": "text"}}), "wrong_type")
 
 
 def test_nested_record_of_the_wrong_shape_is_refused() -> None:

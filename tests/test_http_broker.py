@@ -23,9 +23,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
+from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import HttpCall, HttpResult
 from aotui.supervisor.broker.http import (
     _FOREIGN,
     MAX_REQUEST_BODY,
@@ -815,19 +818,20 @@ def test_anything_after_the_deadline_is_a_timeout() -> None:
 # --- wire form and policy -----------------------------------------------------------------------
 
 
-def test_request_and_response_travel_as_plain_dicts() -> None:
+def test_request_and_response_travel_as_wire_records() -> None:
+    """The broker's records are the codec's: they cross the wall field for field."""
     request = HttpRequest("POST", "https://api.example.com/x", {"Accept": "*/*"}, b"\x00body")
-    wire = request.to_dict()
-    assert wire == {
-        "method": "POST",
-        "url": "https://api.example.com/x",
-        "headers": {"Accept": "*/*"},
-        "body": b"\x00body",
-    }
-    assert HttpRequest.from_dict(wire) == request
-    assert HttpRequest.from_dict({**wire, "body": bytearray(b"b")}).body == b"b"
+    call = codec.decode(codec.encode(HttpCall(7, request)))
+    assert isinstance(call, HttpCall)
+    assert call.request == request
     response = HttpResponse(200, "OK", {"content-type": "text/plain"}, b"hi", "https://x.org/")
-    assert HttpResponse.from_dict(response.to_dict()) == response
+    result = codec.decode(codec.encode(HttpResult(7, response=response)))
+    assert isinstance(result, HttpResult)
+    assert result.response == response
+
+
+def _http_frame(kind: str, fields: dict[str, Any]) -> bytes:
+    return msgpack.packb([codec.PROTOCOL_VERSION, kind, fields], use_bin_type=True)
 
 
 @pytest.mark.parametrize(
@@ -841,14 +845,17 @@ def test_request_and_response_travel_as_plain_dicts() -> None:
         ["not", "a", "mapping"],
     ],
 )
-def test_malformed_wire_requests_are_invalid_commands(wire: Any) -> None:
-    refused(lambda: HttpRequest.from_dict(wire), ErrorCode.E_INVALID_CMD)
+def test_malformed_wire_requests_are_protocol_violations(wire: Any) -> None:
+    """Refused as the frame is decoded, so the worker that sent it is killed (E_INVALID_CMD)."""
+    frame = _http_frame("http", {"call_id": 1, "request": wire})
+    refused(lambda: codec.decode(frame), ErrorCode.E_INVALID_CMD)
 
 
-def test_malformed_wire_responses_are_internal_errors() -> None:
-    wire = HttpResponse(200, "OK", {}, b"", "http://a.example.com/").to_dict()
-    refused(lambda: HttpResponse.from_dict({**wire, "status": True}), ErrorCode.E_INTERNAL)
-    refused(lambda: HttpResponse.from_dict({**wire, "url": None}), ErrorCode.E_INTERNAL)
+def test_malformed_wire_responses_are_refused_too() -> None:
+    wire = {"status": 200, "reason": "OK", "headers": {}, "body": b"", "url": "http://a.example/"}
+    for bad in ({**wire, "status": True}, {**wire, "url": None}):
+        frame = _http_frame("http_result", {"call_id": 1, "response": bad})
+        refused(lambda frame=frame: codec.decode(frame), ErrorCode.E_INVALID_CMD)  # type: ignore[misc]
 
 
 def test_policy_from_permissions() -> None:

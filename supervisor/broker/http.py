@@ -6,7 +6,9 @@ granted ``net:http:<host>`` (CONTRACT §2) hands an :class:`HttpRequest` to the 
 the host against the grants, the port, one DNS resolution, the address class; then it connects to
 *that* address (a rebound second answer is never asked for), sends the host name as ``Host`` and
 SNI, verifies the certificate for it, and caps the response's size and the whole fetch's time.
-``docs/http.md`` lists every check and the error each one gives.
+``docs/http.md`` lists every check and the error each one gives. :class:`HttpRequest` and
+:class:`HttpResponse` are wire records (``protocol.messages``, re-exported here): the codec checks
+every field's type on receipt, so a malformed request is a protocol violation before it gets here.
 
 Requests run on the broker's own bounded thread pool (:func:`broker_pool`), never on the event
 loop's default executor that the store's writes use: eight slow servers must not delay another
@@ -23,13 +25,14 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import HttpRequest, HttpResponse
 from aotui.supervisor.broker.net_policy import (
     IPAddress,
     address_refusal,
@@ -66,7 +69,6 @@ MAX_REQUEST_BODY = 1024 * 1024
 #: ``socket.getaddrinfo`` or a stand-in with its signature and answers (tests inject one).
 Resolver = Callable[..., Sequence[tuple[Any, ...]]]
 
-_T = TypeVar("_T")
 
 # The broker owns the connection: these headers frame or steer it, so an app may not set them.
 _RESERVED_HEADERS = frozenset(
@@ -90,67 +92,6 @@ _READ_CHUNK = 64 * 1024
 # Everything the network, ssl and http.client raise: SSLError and TimeoutError are OSErrors,
 # UnicodeError is a ValueError.
 _FOREIGN = (OSError, http.client.HTTPException, ValueError)
-
-
-@dataclass(frozen=True)
-class HttpRequest:
-    """An app's HTTP request, as it travels from the worker to the supervisor."""
-
-    #: One of :data:`METHODS`.
-    method: str
-    #: An absolute ``http://`` or ``https://`` URL.
-    url: str
-    #: Request headers; ``Host``, ``Content-Length`` and ``Connection`` are the broker's.
-    headers: dict[str, str] = field(default_factory=dict)
-    #: At most :data:`MAX_REQUEST_BODY` bytes.
-    body: bytes = b""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain types for a wire message."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> HttpRequest:
-        """Rebuild a request sent by a worker; a malformed one is ``E_INVALID_CMD``."""
-        code = ErrorCode.E_INVALID_CMD
-        return cls(
-            method=_field(raw, "method", str, code),
-            url=_field(raw, "url", str, code),
-            headers=_headers(raw, code),
-            body=_field(raw, "body", bytes, code),
-        )
-
-
-@dataclass(frozen=True)
-class HttpResponse:
-    """What the server answered to the last hop of a fetch."""
-
-    #: The HTTP status code.
-    status: int
-    #: The reason phrase, as the server sent it.
-    reason: str
-    #: Header names lower-cased; a repeated header's values joined with ``", "``.
-    headers: dict[str, str]
-    #: The body, at most the policy's ``max_response_bytes``.
-    body: bytes
-    #: The URL that answered, after redirects.
-    url: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain types for a wire message."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> HttpResponse:
-        """Rebuild a response sent by the supervisor; a malformed one is ``E_INTERNAL``."""
-        code = ErrorCode.E_INTERNAL
-        return cls(
-            status=_field(raw, "status", int, code),
-            reason=_field(raw, "reason", str, code),
-            headers=_headers(raw, code),
-            body=_field(raw, "body", bytes, code),
-            url=_field(raw, "url", str, code),
-        )
 
 
 @dataclass(frozen=True)
@@ -476,22 +417,3 @@ def _without(headers: dict[str, str], names: frozenset[str]) -> dict[str, str]:
 
 def _invalid(message: str) -> AotuiError:
     return AotuiError(ErrorCode.E_INVALID_CMD, message)
-
-
-def _field(raw: Mapping[str, Any], name: str, kind: type[_T], code: ErrorCode) -> _T:
-    value = raw.get(name) if isinstance(raw, Mapping) else None
-    if kind is bytes and isinstance(value, bytearray | memoryview):
-        value = bytes(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        got = type(value).__name__
-        raise AotuiError(code, f"HTTP message field {name!r} must be {kind.__name__}, got {got}")
-    return value
-
-
-def _headers(raw: Mapping[str, Any], code: ErrorCode) -> dict[str, str]:
-    value = raw.get("headers") if isinstance(raw, Mapping) else None
-    if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise AotuiError(code, "HTTP message field 'headers' must map strings to strings")
-    return dict(value)

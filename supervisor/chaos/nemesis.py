@@ -295,14 +295,14 @@ class Nemesis(FaultInjector):
         return result
 
     def _settled(self, cid: str, commands: list[Command]) -> None:
-        """After an error reply: each touched app's state, where it serves and is not recovering."""
+        """After an error reply: the state of each touched app that is serving."""
         seen: set[str] = set()
         for command in commands:
             app = self._app_of(command)
             if app is None or app.app_id in seen:
                 continue
             seen.add(app.app_id)
-            if app.is_live and app.worker is not None and app.app_id not in self.pending:
+            if app.is_live and app.worker is not None:  # not while it restarts
                 self._state(app, "ack", command=cid)
 
     def _decide(

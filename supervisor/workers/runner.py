@@ -41,7 +41,6 @@ from aotui.sandbox.cgroups import throttle_cpu
 from aotui.sandbox.confine import required_layers
 from aotui.supervisor.broker.http import (
     BROKER_THREADS_PER_APP,
-    HttpRequest,
     broker_pool,
     fetch,
     policy_from_permissions,
@@ -500,12 +499,12 @@ class AppRunner:
         """Perform one brokered HTTP request off the loop and answer the worker."""
         policy = policy_from_permissions(app.manifest.permissions, self.config.allow_private_http)
         try:
-            request = HttpRequest.from_dict(call.request)
+            request = call.request  # its fields' types checked by the codec on receipt
             async with worker.http_slots:  # one app never holds the whole pool
                 loop = asyncio.get_running_loop()
                 fetcher = fetch if self.http_fault is None else self.http_fault(app, fetch)
                 response = await loop.run_in_executor(self.http_pool, fetcher, request, policy)
-            result = HttpResult(call.call_id, response=response.to_dict())
+            result = HttpResult(call.call_id, response=response)
         except AotuiError as exc:
             if exc.code is ErrorCode.E_PERMISSION:
                 self.log(f"{app.name}: HTTP request refused: {exc.message}")

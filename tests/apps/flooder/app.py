@@ -18,7 +18,7 @@ import time
 import zmq
 
 from aotui.protocol import codec
-from aotui.protocol.messages import HttpCall
+from aotui.protocol.messages import HttpCall, HttpRequest
 from aotui.sandbox.sdk import App, OperationCall, Timer, View, operation
 
 NEWLINES = b"\n" * 65536
@@ -51,8 +51,7 @@ Attack</button></section>"""
                 if isinstance(obj, zmq.Socket) and not obj.closed and obj.socket_type == zmq.PAIR
             )
             for call_id in range(10**6, 10**6 + 7):
-                request = {"method": "GET", "url": arg, "headers": {}, "body": b""}
-                sock.send(codec.encode(HttpCall(call_id, request)))
+                sock.send(codec.encode(HttpCall(call_id, HttpRequest("GET", arg))))
         else:
             raise LookupError(f"no attack {what!r}")
         return f"started {what}"

@@ -26,6 +26,7 @@ from aotui.protocol.messages import (
     Exited,
     FragmentUpdate,
     HttpCall,
+    HttpRequest,
     LogLevel,
     LogRecord,
     Operation,
@@ -134,10 +135,7 @@ FRAMES: dict[str, Callable[[str], list[bytes]]] = {
         codec.encode(LogRecord(LogLevel.INFO, f"flood {i}")) for i in range(20_000)
     ],
     "http-flood": lambda _arg: [
-        codec.encode(
-            HttpCall(i, {"method": "GET", "url": "http://127.0.0.1:9/", "headers": {}, "body": b""})
-        )
-        for i in range(1, 65)
+        codec.encode(HttpCall(i, HttpRequest("GET", "http://127.0.0.1:9/"))) for i in range(1, 65)
     ],
 }
 
