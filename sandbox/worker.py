@@ -124,6 +124,8 @@ class WorkerLoop:
         #: Set once an effect could not be acknowledged: this process's memory holds an effect
         #: that must not survive, so it runs nothing more until the supervisor restarts it.
         self.discarded = False
+        #: Restored from keyed data: the desktop holds its parts (see :meth:`parts_ack`).
+        self.restored_keyed = False
         #: Messages that arrived while the app waited on a brokered call.
         self.backlog: list[Message] = []
         self.call_ids = 0
@@ -371,8 +373,11 @@ class WorkerLoop:
         try:
             frame = codec.encode(ack)
         except AotuiError as exc:
-            self.discard_effect(message.request_id, exc)
-            return
+            parts = self.parts_ack(message.request_id, result, data)
+            if parts is None:
+                self.discard_effect(message.request_id, exc)
+                return
+            frame, inputs = parts, _KEYED
         if update is not None:
             self.send(update)
         self.sock.send(frame, copy=False)
@@ -380,6 +385,20 @@ class WorkerLoop:
         self.acked_state = _UNKNOWN if inputs is None else inputs
         if inputs is _KEYED:
             self.app.changed_parts().clear()
+
+    def parts_ack(self, request_id: int, result: Any, data: Any) -> bytes | None:
+        """An ack whose data whole is too large for a frame, with only the changed parts instead.
+
+        Only after a restore from keyed data: the desktop holds those parts already (what it sent
+        may itself have taken several frames). ``None`` when that is no sendable ack either.
+        """
+        if not (self.restored_keyed and data is not None):
+            return None
+        try:
+            parts = {part: self.app.serialize_part(part) for part in self.app.changed_parts()}
+            return codec.encode(Ack(request_id, result, None, parts or None))
+        except Exception:
+            return None
 
     def data_mark(self) -> Any:
         """A value that differs once the app's data has changed (compared around a handler).
@@ -592,10 +611,9 @@ def run_worker(
             app.wakeup = wake
             if restore is not None:
                 app.restore(restore)
-                if app.keyed() and isinstance(restore, dict):
-                    # The desktop holds exactly these parts: acks send only what changes (the
-                    # data whole may be more than a frame could carry).
-                    loop.acked_state = _KEYED
+                # The first ack still sends the data whole (an app that migrated its data in
+                # restore() stores it anew), unless it is too large for a frame.
+                loop.restored_keyed = app.keyed() and isinstance(restore, dict)
             app.on_start()
             _mount_views(loop, app, start.mounted)
         except Exception as exc:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,10 @@ def restarted(desktop: RunningDesktop, old_pid: int | None) -> Callable[[], bool
         return row["state"] == "running" and row["pid"] not in (None, old_pid)
 
     return back
+
+
+def showing(desktop: RunningDesktop, digest: str) -> Callable[[], bool]:
+    return lambda: digest_shown(desktop) == digest
 
 
 def fill(desktop: RunningDesktop, parts: int, kb: int) -> str:
@@ -116,3 +122,37 @@ def test_an_app_is_held_to_its_data_budget(start_desktop: Start) -> None:
     # Over the budget or not, what does not grow the data goes through: a part replaced smaller.
     assert desktop.client.execute(PUT.format(name="p0", kb=1))["results"][0].startswith("21:")
     assert desktop.client.execute(PUT.format(name="p21", kb=1))["results"][0].startswith("22:")
+
+
+def stored_parts(home: Path, name: str) -> int:
+    """How many part rows the store of desktop ``name`` holds (its supervisor must be gone)."""
+    with sqlite3.connect(home / "desktops" / f"{name}.db") as db:
+        (count,) = db.execute("SELECT count(*) FROM app_parts").fetchone()
+    db.close()
+    return int(count)
+
+
+@pytest.mark.timeout(120)
+def test_after_a_restore_the_first_ack_sends_small_data_whole_and_large_data_as_parts(
+    start_desktop: Start, private_home: Path
+) -> None:
+    """Small keyed data is stored whole again by the first ack of a run, as before (an app that
+    migrated its data in restore() stores the migrated form); data past a frame cannot be, and
+    its changed parts go instead."""
+    for name, count, kb in (("small", 3, 10), ("large", 12, 500)):
+        desktop = start_desktop(["parts"], name=name)
+        desktop.client.execute("<context>open --application app_0</context>")
+        fill(desktop, count, kb)
+        pid = desktop.app_pid("app_0")
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_for(restarted(desktop, pid), 30, "the app to restart with its data")
+        digest = desktop.client.execute(PUT.format(name="after", kb=1))["results"][0]
+        os.kill(desktop.process.pid, signal.SIGKILL)  # no shutdown write: the store as acked
+        desktop.process.wait(timeout=10)
+        if name == "small":
+            assert stored_parts(private_home, name) == 0  # the row was written whole
+        else:  # p1…p11 acked as parts in the first run, and the new part: no whole write
+            assert stored_parts(private_home, name) == count
+        again = start_desktop(["parts"], name=name)
+        wait_for(showing(again, digest), 30, "the app back with all its parts")
