@@ -101,3 +101,17 @@ def test_a_closed_app_is_forgotten() -> None:
     assert "app_1" not in snap.app_tags
     _pull(apps, cache)
     assert cache.built == 3  # app_1 built again: its part was dropped, not kept forever
+
+
+def test_an_app_whose_inputs_cannot_be_read_is_a_marker_and_not_cached() -> None:
+    apps = [_app("app_0", "- fine"), _app("app_1", "- broken soon")]
+    cache = SnapshotCache()
+    _pull(apps, cache)
+    apps[1].views.sizes = None  # type: ignore[assignment]  # a fault we cannot cause for real
+    heard: list[str] = []
+    snap = build_snapshot(apps, [], None, lambda app, exc: heard.append(app.app_id), cache)
+    assert heard == ["app_1"]
+    assert "its views could not be assembled" in snap.markdown
+    assert "- fine" in snap.markdown
+    build_snapshot(apps, [], None, lambda app, exc: heard.append(app.app_id), cache)
+    assert heard == ["app_1", "app_1"]  # tried again, not served from the cache

@@ -60,9 +60,12 @@ class SnapshotCache:
         on_failure: Callable[[AppRecord, Exception], None] | None = None,
     ) -> AppPart:
         """The app's part: the cached one while its inputs are equal, else built anew."""
-        inputs = _inputs(app, budget)
+        try:
+            inputs: tuple[Any, ...] | None = _inputs(app, budget)
+        except Exception:  # broken data: app_part below shows the marker and reports it
+            inputs = None
         cached = self._parts.get(app.app_id)
-        if cached is not None and cached[0] == inputs:
+        if cached is not None and inputs is not None and cached[0] == inputs:
             return cached[1]
         failed: list[Exception] = []
 
@@ -73,7 +76,7 @@ class SnapshotCache:
 
         built = app_part(app, budget, failure)
         self.built += 1
-        if failed:  # not kept: the next pull tries again (and reports again, if it must)
+        if failed or inputs is None:  # not kept: the next pull tries again
             self._parts.pop(app.app_id, None)
         else:
             self._parts[app.app_id] = (inputs, built)
