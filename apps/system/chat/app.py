@@ -57,10 +57,15 @@ class Navigation(View["ChatApp"]):
 </nav>"""
 
     def inputs(self) -> int:
-        return self.app.version
+        # All it shows that can change is the unread total: a message the agent sends (most
+        # operations) leaves it as it was, and then this view is not rendered again.
+        return self._unread()
 
     def context(self) -> Mapping[str, Any]:
-        return {"unread": sum(c["unread"] for c in self.app.conversations.values())}
+        return {"unread": self._unread()}
+
+    def _unread(self) -> int:
+        return sum(c["unread"] for c in self.app.conversations.values())
 
 
 class Conversations(View["ChatApp"]):
