@@ -167,7 +167,7 @@ def show_value(value: object) -> str:
     """A short printable form of any value for an error message; never raises."""
     try:
         return _REPR.repr(value)
-    except Exception:  # a huge int or a broken __repr__ must not replace the real error
+    except Exception:  # noqa: BLE001 - a huge int or broken __repr__ must not hide the error
         return f"<{type(value).__name__}>"
 
 

@@ -203,7 +203,7 @@ def _define(cls: type, op_id: str, attr: str) -> OperationDef:
     where = f"{cls.__name__}.{attr}"
     try:
         hints = typing.get_type_hints(handler)
-    except Exception as exc:  # an annotation naming something that does not exist
+    except Exception as exc:  # noqa: BLE001 - an annotation naming something that does not exist
         raise TypeError(f"{where}: cannot read its parameter types: {exc}") from None
     params: list[_Param] = []
     for name, parameter in list(inspect.signature(handler).parameters.items())[1:]:

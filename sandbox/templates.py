@@ -92,5 +92,5 @@ def render_template(source: str, names: Mapping[str, Any]) -> str:
     context = template.new_context({**_GLOBALS, **names}, shared=True)
     try:
         return concat(template.root_render_func(context))
-    except Exception:
+    except Exception:  # noqa: BLE001 - jinja2 rewrites the traceback of whatever a template raised
         _ENV.handle_exception()

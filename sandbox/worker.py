@@ -178,7 +178,7 @@ class WorkerLoop:
             return ViewFragment(key, name, parent, False, "", {}, {}, {}, [], [])
         try:
             rendered = render_view(view.render())
-        except Exception as exc:  # an app bug must not take the worker down
+        except Exception as exc:  # noqa: BLE001 - an app bug must not take the worker down
             message = exc.message if isinstance(exc, AotuiError) else f"{type(exc).__name__}: {exc}"
             old = self.sent.get(key)
             return ViewFragment(
@@ -251,7 +251,7 @@ class WorkerLoop:
         """``view.inputs()``; ``None`` (render it) when the hook fails, which is logged."""
         try:
             return view.inputs()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - app code may raise anything
             self.log(f"{key}: inputs() failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
             return None
 
@@ -270,12 +270,12 @@ class WorkerLoop:
                 return None, None, _KEYED
             try:
                 return None, {part: self.app.serialize_part(part) for part in parts}, _KEYED
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - app code may raise anything
                 self.log(f"serialize_part() failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
                 return self.state(), None, None  # whole, then; parts again from the next one
         try:
             inputs = self.app.state_inputs()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - app code may raise anything
             self.log(f"state_inputs() failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
             inputs = None
         if inputs is not None and inputs == self.acked_state:
@@ -289,7 +289,7 @@ class WorkerLoop:
         """The app's serialized data, or ``None`` when its hook fails (logged)."""
         try:
             return self.app.serialize()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - app code may raise anything
             self.log(f"serialize() failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
             return None
 
@@ -320,7 +320,7 @@ class WorkerLoop:
                     self.mount(message.view)
                 else:
                     self.dismount(message.view)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - app code may raise anything
                 self.reply_error(message.request_id, exc)
                 return
             self.flush()
@@ -356,7 +356,7 @@ class WorkerLoop:
         before = self.data_mark()
         try:
             result = target(call)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - app code may raise anything
             # CONTRACT §6: an error means no effect. A handler that changed the app's data and
             # then raised leaves that change in this process alone: it is discarded with it.
             if self.data_mark() != before:
@@ -397,7 +397,7 @@ class WorkerLoop:
         try:
             parts = {part: self.app.serialize_part(part) for part in self.app.changed_parts()}
             return codec.encode(Ack(request_id, result, None, parts or None))
-        except Exception:
+        except Exception:  # noqa: BLE001 - app code may raise anything
             return None
 
     def data_mark(self) -> Any:
@@ -415,7 +415,7 @@ class WorkerLoop:
                 return inputs
             frame = codec.encode(AppState(request_id=0, data=self.app.serialize()))
             return hashlib.blake2b(frame, digest_size=16).digest()
-        except Exception:
+        except Exception:  # noqa: BLE001 - app code may raise anything
             return object()
 
     def discard_failure(self, request_id: int, exc: BaseException) -> None:
@@ -455,7 +455,7 @@ class WorkerLoop:
         for callback in due:
             try:
                 callback()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - app code may raise anything
                 self.log(f"timer callback failed: {type(exc).__name__}: {exc}", LogLevel.ERROR)
         if due:
             self.flush()
@@ -511,7 +511,7 @@ def _confine(policy: dict[str, Any] | None) -> tuple[tuple[str, ...], str]:
     """The confinement layers in force, or none and why the sandbox refused to start the app."""
     try:
         return confine(policy or {}), ""
-    except Exception as exc:  # fail closed: never run an app after a partial confinement
+    except Exception as exc:  # noqa: BLE001 - fail closed: no app runs half-confined
         return (), f"the sandbox refused to start the app: {exc}"
 
 
@@ -616,7 +616,7 @@ def run_worker(
                 loop.restored_keyed = app.keyed() and isinstance(restore, dict)
             app.on_start()
             _mount_views(loop, app, start.mounted)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - app code may raise anything
             detail = real_names("".join(traceback.format_exception(exc)).strip())
             sock.send(codec.encode(LogRecord(level=LogLevel.ERROR, message=detail[-2000:])))
             sock.send(

@@ -158,7 +158,7 @@ def _fork_worker(launch: Launch, zygote_pid: int, channel_fd: int, log_fd: int) 
         code = 70
         try:
             code = _child(launch, zygote_pid, channel_fd, log_fd)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - a forked child prints whatever ended it, then exits
             traceback.print_exc()
         finally:
             sys.stdout.flush()

@@ -265,7 +265,7 @@ def app_part(
     refs: RefTable = {}
     try:
         blocks = _application(app, refs, budget)
-    except Exception as exc:  # one app's data must never cost the agent the desktop
+    except Exception as exc:  # noqa: BLE001 - one app's data must never cost the agent the desktop
         if on_failure is not None:
             on_failure(app, exc)
         blocks = _collapsed(app, f"its views could not be assembled ({type(exc).__name__})")

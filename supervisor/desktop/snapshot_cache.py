@@ -62,7 +62,7 @@ class SnapshotCache:
         """The app's part: the cached one while its inputs are equal, else built anew."""
         try:
             inputs: tuple[Any, ...] | None = _inputs(app, budget)
-        except Exception:  # broken data: app_part below shows the marker and reports it
+        except Exception:  # noqa: BLE001 - broken data: app_part shows a marker, reports it
             inputs = None
         cached = self._parts.get(app.app_id)
         if cached is not None and inputs is not None and cached[0] == inputs:

@@ -212,7 +212,7 @@ class RpcServer:
         self.connections.add(connection)
         try:
             await self._read(connection)
-        except Exception:
+        except Exception:  # noqa: BLE001 - one connection's bug must not stop the server
             log.error("JSON-RPC connection failed: %s", traceback.format_exc())
         finally:
             answers = [t for t in connection.tasks if t is not connection.events_task]
@@ -277,7 +277,7 @@ class RpcServer:
                     reply = error_line(call.id, RpcFailure(call.id, INVALID_PARAMS, str(exc)))
                 except AotuiError as exc:
                     reply = error_line(call.id, exc)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - our bug: logged, answered E_INTERNAL
                     log.error("internal error: %s", traceback.format_exc())
                     internal = AotuiError(
                         ErrorCode.E_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"

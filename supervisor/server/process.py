@@ -188,7 +188,7 @@ class Supervisor:
             for service in reversed(self.services):
                 try:
                     await service.stop()
-                except Exception:
+                except Exception:  # noqa: BLE001 - a service's bug must not stop the shutdown
                     log.error("stopping %r failed: %s", service, traceback.format_exc())
             for task in tasks:
                 task.cancel()
@@ -253,7 +253,7 @@ class Supervisor:
             reply: Reply | ErrorReply = Reply(request_id, await method(dict(request.params)))
         except AotuiError as exc:
             reply = ErrorReply(request_id, exc.code.value, exc.message, exc.data)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: logged, answered E_INTERNAL
             log.error("internal error: %s", traceback.format_exc())
             reply = ErrorReply(
                 request_id,

@@ -300,7 +300,7 @@ class WorkerHandle:
                 else:
                     self.on_violation(self, exc)
                 return
-            except Exception as exc:  # a bug of ours: reported, never the reader ending unseen
+            except Exception as exc:  # noqa: BLE001 - our bug: logged and reported, not silent
                 self._fault(exc)
                 return
 
