@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.workers import app_tmp
 
 TEST_APPS = Path(__file__).parent / "apps"
 BUNDLED_APPS = Path(__file__).parent.parent / "apps"
@@ -142,11 +143,17 @@ def nothing_left_running(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test stores desktops under its own AOTUI_HOME, never the user's."""
+def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test stores desktops under its own AOTUI_HOME, never the user's.
+
+    Afterwards the apps' temporary directories its desktops made in the system's temporary
+    directory are removed: a desktop killed and never started again leaves its own behind.
+    """
     home = tmp_path / "aotui-home"
     monkeypatch.setenv("AOTUI_HOME", str(home))
-    return home
+    yield home
+    for record in tmp_path.rglob(app_tmp.RECORD):
+        app_tmp.forget_base(record.parent)
 
 
 @pytest.fixture
