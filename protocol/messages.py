@@ -58,6 +58,7 @@ __all__ = [
     "SignalReason",
     "Start",
     "ViewFragment",
+    "WorkerPolicy",
 ]
 
 
@@ -130,6 +131,28 @@ class Message:
 
 
 # --- nested records (not messages themselves) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPolicy:
+    """What one worker is confined to; the worker checks it again (``sandbox/policy.py``)."""
+
+    #: The desktop-assigned ``app_N``, the name of its cgroups.
+    app: str
+    #: The app directory, granted read-only (as root, a copy the per-app uid can read).
+    app_dir: str
+    #: Trees the app may read (its ``fs:read:`` grants; ``*`` is ``/``).
+    fs_read: list[str] = field(default_factory=list)
+    #: Trees the app may read and write (its ``fs:write:`` grants).
+    fs_write: list[str] = field(default_factory=list)
+    #: ``memory_mb``, ``cpu_percent``, ``pids``, ``open_files``, ``file_size_mb``.
+    limits: dict[str, int] = field(default_factory=dict)
+    #: The per-app uid a root worker drops to; ``None`` when the supervisor is not root.
+    uid: int | None = None
+    #: Refuse to run the app when a required layer is missing.
+    strict: bool = False
+    #: The app's private temporary directory (``TMPDIR``), granted read-write.
+    tmp_dir: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,8 +432,8 @@ class Launch(Message):
     entry: str
     #: The ZeroMQ endpoint of this worker's own channel.
     endpoint: str
-    #: Confinement and limits for the worker, as plain data.
-    policy: dict[str, Any] = field(default_factory=dict)
+    #: Confinement and limits for the worker.
+    policy: WorkerPolicy
 
 
 @dataclass(frozen=True, slots=True)

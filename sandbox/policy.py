@@ -1,4 +1,4 @@
-"""The confinement policy of one worker: the supervisor's plain dict, validated once.
+"""The confinement policy of one worker: the supervisor's ``WorkerPolicy`` as a mapping, checked.
 
 Keys (all optional; a missing limit takes :data:`DEFAULT_LIMITS`):
 

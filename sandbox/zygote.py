@@ -25,6 +25,7 @@ if __name__ == "__main__":
 
 import contextlib
 import ctypes
+import dataclasses
 import importlib
 import os
 import select
@@ -146,7 +147,7 @@ def _child(launch: Launch, zygote_pid: int, channel_fd: int, log_fd: int) -> int
         launch.app_dir,
         launch.entry,
         launch.endpoint,
-        dict(launch.policy),
+        dataclasses.asdict(launch.policy),  # checked again as the worker's Policy
         channel_fd=CHANNEL_FD,
     )
 

@@ -51,6 +51,7 @@ from aotui.protocol.messages import (
     SignalReason,
     Start,
     ViewFragment,
+    WorkerPolicy,
 )
 
 VIEW = ViewFragment(
@@ -94,7 +95,14 @@ EXAMPLES: dict[str, Message] = {
         AppState(request_id=9, data={"drafts": ["a", "b"], "ratio": -0.5, "blob": b"\x00\xff"}),
         Pong(-(2**63)),
         LogRecord(LogLevel.WARNING, "handler took 900 ms"),
-        Launch(3, "app_3", "/srv/apps/chat", "main.py", "ipc:///tmp/w3", {"memory_mb": 256}),
+        Launch(
+            3,
+            "app_3",
+            "/srv/apps/chat",
+            "main.py",
+            "ipc:///tmp/w3",
+            WorkerPolicy("app_3", "/srv/apps/chat", ["/data"], [], {"memory_mb": 256}, 1000),
+        ),
         Launched(token=3, pid=4243),
         Exited(pid=4243, exit_code=None, signal=9, reason="memory limit"),
         HttpCall(call_id=1, request=HttpRequest("GET", "https://a.example/", {"a": "b"}, b"")),
@@ -372,6 +380,16 @@ def test_http_records_are_checked_field_by_field() -> None:
     request["headers"] = {}
     refused(frame("http", {"call_id": 1, "request": {**request, "bdy": b""}}), "unknown_field")
     refused(frame("http", {"call_id": 1, "request": {**request, "body": "text"}}), "wrong_type")
+
+
+def test_a_worker_policy_is_a_record_checked_on_receipt() -> None:
+    """The zygote refuses a malformed policy as the frame is decoded, naming the field."""
+    fields = fields_of(EXAMPLES["launch"])
+    fields["policy"]["limits"] = {"memory_mb": "256"}
+    error = refused(frame("launch", fields), "wrong_type", kind="launch")
+    assert error.data["field"] == "policy.limits['memory_mb']"
+    fields["policy"] = {"app": "app_3", "app_dir": "/srv/apps/chat", "grants": ["/"]}
+    refused(frame("launch", fields), "unknown_field", field="policy")
 
 
 def test_nested_record_of_the_wrong_shape_is_refused() -> None:

@@ -20,10 +20,10 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable, Collection
-from typing import IO, Any
+from typing import IO
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.protocol.messages import Exited, Launch, Launched, Message
+from aotui.protocol.messages import Exited, Launch, Launched, Message, WorkerPolicy
 from aotui.protocol.stream import FrameReader, write_frame
 from aotui.supervisor.workers.zygote_start import spawn, take_prestarted
 
@@ -135,7 +135,7 @@ class ZygoteLauncher:
         app_dir: str,
         entry: str,
         endpoint: str,
-        policy: dict[str, Any],
+        policy: WorkerPolicy,
         channel_fd: int,
         log_fd: int,
     ) -> int:

@@ -36,6 +36,7 @@ from aotui.protocol.messages import (
     Ping,
     Shutdown,
     SignalReason,
+    WorkerPolicy,
 )
 from aotui.sandbox.cgroups import throttle_cpu
 from aotui.sandbox.confine import required_layers
@@ -203,7 +204,7 @@ class AppRunner:
         )
         return copy
 
-    def policy(self, app: AppRecord) -> dict[str, Any]:
+    def policy(self, app: AppRecord) -> WorkerPolicy:
         """The confinement policy of ``app``'s worker; leases its uid and temp dir when new."""
         grants = app.manifest.permissions
         uid = self._leased.get(app.app_id)
@@ -221,16 +222,16 @@ class AppRunner:
             self._tmp_dirs[app.app_id] = tmp_dir
             if uid is not None:
                 os.chown(tmp_dir, uid, uid)
-        return {
-            "app": app.app_id,
-            "app_dir": str(app_dir),
-            "fs_read": [p.scope for p in grants if p.resource == "fs" and p.action == "read"],
-            "fs_write": [p.scope for p in grants if p.resource == "fs" and p.action == "write"],
-            "limits": {**vars(self.config.limits), **app.manifest.limits},
-            "uid": uid,
-            "strict": self.config.strict_sandbox,
-            "tmp_dir": str(tmp_dir),
-        }
+        return WorkerPolicy(
+            app=app.app_id,
+            app_dir=str(app_dir),
+            fs_read=[p.scope for p in grants if p.resource == "fs" and p.action == "read"],
+            fs_write=[p.scope for p in grants if p.resource == "fs" and p.action == "write"],
+            limits={**vars(self.config.limits), **app.manifest.limits},
+            uid=uid,
+            strict=self.config.strict_sandbox,
+            tmp_dir=str(tmp_dir),
+        )
 
     def _release(self, app: AppRecord) -> None:
         """Give back what the app's last worker leased: its temp dir, its copy, its uid."""
@@ -312,7 +313,7 @@ class AppRunner:
             policy = self.policy(app)  # its app_dir may be a copy the per-app uid can read
             handle.pid = await self.launcher.launch(
                 app.app_id,
-                policy["app_dir"],
+                policy.app_dir,
                 app.manifest.entry,
                 endpoint,
                 policy,
