@@ -9,10 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import zmq
 import zmq.asyncio
@@ -20,7 +24,9 @@ import zmq.asyncio
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Ack, Message, Ping
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
 from aotui.supervisor.workers.handle import WorkerHandle
+from tests.conftest import TEST_APPS, RunningDesktop, wait_for, write_config
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -170,3 +176,105 @@ def test_a_reply_still_answers_its_request(tmp_path: Path) -> None:
         assert channel.violations == []
 
     run(tmp_path, scenario)
+
+
+# --- the same bug inside a real supervisor ------------------------------------------------------
+
+#: Run in the supervisor's own process before ``aotui up``: the first ``Ack`` read while the flag
+#: file exists raises inside the reader (a bug of ours that cannot be caused for real).
+_INJECT = """
+import os, runpy, sys
+from aotui.protocol.messages import Ack
+from aotui.supervisor.workers import handle
+flag, original = sys.argv.pop(1), handle.WorkerHandle._dispatch
+def _dispatch(self, message):
+    if isinstance(message, Ack) and os.path.exists(flag):
+        os.unlink(flag)
+        raise RuntimeError("injected reader bug")
+    return original(self, message)
+handle.WorkerHandle._dispatch = _dispatch
+sys.argv[0] = "aotui"
+runpy.run_module("aotui.supervisor", run_name="__main__")
+"""
+
+
+@pytest.fixture
+def buggy_desktop(tmp_path: Path) -> Iterator[tuple[RunningDesktop, Path]]:
+    """A desktop with the echo app whose supervisor has the injected reader bug; torn down."""
+    # A long operation timeout, so an answer in seconds cannot be the old timeout's.
+    config = write_config(
+        tmp_path / "bug.toml", [str(TEST_APPS / "echo")], operation_timeout_ms=30_000
+    )
+    runtime, flag = tmp_path / "run", tmp_path / "inject"
+    argv = ["up", "--desktop", "bug", "--config", str(config), "--socket", str(runtime)]
+    with open(tmp_path / "bug.out", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", _INJECT, str(flag), *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    desktop = RunningDesktop(process, runtime, "bug", Client("bug", str(runtime), timeout_s=20))
+    try:
+
+        def up() -> bool:
+            if process.poll() is not None:
+                pytest.fail((tmp_path / "bug.out").read_text())
+            try:
+                desktop.client.ping(timeout_s=0.5)
+            except DesktopUnavailable:
+                return False
+            return True
+
+        wait_for(up, 30, "the desktop to answer")
+        yield desktop, flag
+    finally:
+        family = desktop.descendants()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            family.append(psutil.Process(process.pid))
+        if process.poll() is None:
+            with contextlib.suppress(AotuiError, DesktopUnavailable, OSError):
+                desktop.client.shutdown()
+        desktop.client.close()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        _gone, alive = psutil.wait_procs(family, timeout=5)
+        for leftover in alive:
+            leftover.kill()
+
+
+def test_a_reader_bug_in_the_supervisor_is_a_logged_crash_not_a_timeout(
+    buggy_desktop: tuple[RunningDesktop, Path], tmp_path: Path
+) -> None:
+    desktop, flag = buggy_desktop
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    bump = '<context app_id="app_0" view_id="view_0">execute bump</context>'
+    assert client.execute(bump) == {"ran": 1, "results": [1]}
+    flag.touch()
+    started = time.monotonic()
+    with pytest.raises(AotuiError) as caught:
+        client.execute(bump)
+    # Answered as a crash at once, not after the operation's 30 s timeout.
+    assert time.monotonic() - started < 15
+    assert caught.value.code is ErrorCode.E_APP_ERROR
+    assert "supervisor error" in caught.value.message
+    logs = client.snapshot()
+    assert (
+        "the supervisor failed reading app_0's channel (RuntimeError: injected reader bug" in logs
+    )
+    assert "a bug of the desktop, not the app's" in logs
+
+    def restarted() -> bool:
+        row = next(r for r in client.status()["apps"] if r["app"] == "app_0")
+        return row["state"] == "running" and row["last_exit"] == "supervisor error"
+
+    wait_for(restarted, 20, "the app to come back after the supervisor error")
+    assert client.execute(bump)["results"] == [2]  # the acknowledged state was kept
+    supervisor_log = (tmp_path / "bug.out").read_text()
+    assert "reading its channel failed" in supervisor_log
+    assert "Traceback" in supervisor_log
+    assert "RuntimeError: injected reader bug" in supervisor_log
