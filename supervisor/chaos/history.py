@@ -94,63 +94,73 @@ class _FieldError(ValueError):
 
 def _convert(value: Any, tp: Any, where: str) -> Any:
     """``value`` checked against the declared type ``tp`` (JSON lists become tuples)."""
-    origin = typing.get_origin(tp)
     if tp is Any:
         return value
+    origin = typing.get_origin(tp)
     if origin is types.UnionType or origin is typing.Union:
-        options = typing.get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(value, option, where)
-            except _FieldError as exc:
-                errors.append(str(exc))
-        raise _FieldError(errors[0] if len(errors) == 1 else f"{where}: {value!r:.80} is not valid")
+        return _convert_union(value, typing.get_args(tp), where)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        if isinstance(value, tp):
-            return value
-        try:
-            return tp(value)
-        except (ValueError, TypeError):
-            choices = ", ".join(str(member.value) for member in tp)
-            raise _FieldError(f"{where}: {value!r:.80} is not one of {choices}") from None
+        return _convert_enum(value, tp, where)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
-        if not isinstance(value, Mapping):
-            raise _FieldError(f"{where}: expected an object, got {type(value).__name__}")
-        return _build(tp, value, where + ".")
+        return _build(tp, _mapping(value, where), where + ".")
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise _FieldError(f"{where}: expected a list, got {type(value).__name__}")
         (item,) = typing.get_args(tp)[:1]
         return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
-        if not isinstance(value, Mapping):
-            raise _FieldError(f"{where}: expected an object, got {type(value).__name__}")
         _, item = typing.get_args(tp)
-        return {str(k): _convert(v, item, f"{where}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise _FieldError(f"{where}: expected true or false, got {value!r:.80}")
+        items = _mapping(value, where).items()
+        return {str(k): _convert(v, item, f"{where}.{k}") for k, v in items}
+    scalar = _SCALARS.get(tp)
+    if scalar is None:
+        raise TypeError(f"no conversion for the declared type {tp!r}")  # a bug in this module
+    accepts, expected = scalar
+    if not accepts(value):
+        raise _FieldError(f"{where}: expected {expected}, got {value!r:.80}")
+    return float(value) if tp is float else value
+
+
+def _convert_union(value: Any, options: tuple[Any, ...], where: str) -> Any:
+    if value is None and type(None) in options:
+        return None
+    errors = []
+    for option in options:
+        if option is type(None):
+            continue
+        try:
+            return _convert(value, option, where)
+        except _FieldError as exc:
+            errors.append(str(exc))
+    raise _FieldError(errors[0] if len(errors) == 1 else f"{where}: {value!r:.80} is not valid")
+
+
+def _convert_enum(value: Any, tp: type[enum.Enum], where: str) -> Any:
+    if isinstance(value, tp):
         return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _FieldError(f"{where}: expected an integer, got {value!r:.80}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _FieldError(f"{where}: expected a number, got {value!r:.80}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise _FieldError(f"{where}: expected a string, got {value!r:.80}")
-        return value
-    raise TypeError(f"no conversion for the declared type {tp!r}")  # a bug in this module
+    try:
+        return tp(value)
+    except (ValueError, TypeError):
+        choices = ", ".join(str(member.value) for member in tp)
+        raise _FieldError(f"{where}: {value!r:.80} is not one of {choices}") from None
+
+
+def _mapping(value: Any, where: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise _FieldError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+#: The scalar types a record declares: what each accepts and how a refusal names it. A bool is
+#: never an integer or a number here, though Python's bool is an int.
+_SCALARS: dict[Any, tuple[Callable[[Any], bool], str]] = {
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    str: (lambda v: isinstance(v, str), "a string"),
+}
 
 
 @dataclass(frozen=True)

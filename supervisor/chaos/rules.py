@@ -137,38 +137,11 @@ class IndexedRun:
     def index(cls, history: History) -> IndexedRun:
         """Index ``history``; several processes append to one file, so sort by time, then line."""
         run = cls(sorted(history.events, key=_key))
-        acked_by_command: dict[str, StateEvent] = {}
-        changes: list[tuple[str | None, Event]] = []
+        indexer = _Indexer(run)
         for event in run.events:
             run.by_kind[type(event)].append(event)
-            if isinstance(event, CommandEvent):
-                run.commands.setdefault(event.id, event)
-                run.touches.add(event.app, event)
-            elif isinstance(event, ReplyEvent):
-                run.replies[event.id].append(event)
-                if event.outcome is not Outcome.NONE:
-                    # The supervisor records a command's ack state just before its reply: the
-                    # effect is in the run from that state on, not from the reply.
-                    changes.append((run.app_of(event), acked_by_command.get(event.id, event)))
-                if not event.ok:
-                    run.error_replies.add(event)
-            elif isinstance(event, StateEvent):
-                run.states[event.app].add(event)
-                if event.basis in (StateBasis.ACK, StateBasis.RECOVERED):
-                    run.acked[event.app].add(event)
-                if event.basis is StateBasis.RECOVERED:
-                    run.recovered[event.app].add(event)
-                if event.basis is StateBasis.ACK and event.command is not None:
-                    acked_by_command.setdefault(event.command, event)
-            elif isinstance(event, FaultEvent):
-                target = run.injects if event.phase is FaultPhase.INJECT else run.clears
-                target.setdefault(event.fault, event)
-                if event.type in STATE_CHANGING_FAULTS:
-                    run.touches.add(event.target.app, event)
-                    changes.append((event.target.app, event))
-            elif isinstance(event, RunEvent) and event.phase is RunPhase.START:
-                run.plan = event.plan
-        for app, change in sorted(changes, key=lambda pair: _key(pair[1])):
+            indexer.take(event)
+        for app, change in sorted(indexer.changes, key=lambda pair: _key(pair[1])):
             run.changes.add(app, change)
         return run
 
@@ -180,6 +153,57 @@ class IndexedRun:
         """The app of a reply's command (``None``: unknown)."""
         command = self.commands.get(reply.id)
         return command.app if command is not None else None
+
+
+class _Indexer:
+    """What :meth:`IndexedRun.index` keeps while it reads the events in order."""
+
+    def __init__(self, run: IndexedRun) -> None:
+        self.run = run
+        self.acked_by_command: dict[str, StateEvent] = {}
+        self.changes: list[tuple[str | None, Event]] = []
+
+    def take(self, event: Event) -> None:
+        run = self.run
+        if isinstance(event, CommandEvent):
+            run.commands.setdefault(event.id, event)
+            run.touches.add(event.app, event)
+        elif isinstance(event, ReplyEvent):
+            self._reply(event)
+        elif isinstance(event, StateEvent):
+            self._state(event)
+        elif isinstance(event, FaultEvent):
+            self._fault(event)
+        elif isinstance(event, RunEvent) and event.phase is RunPhase.START:
+            run.plan = event.plan
+
+    def _reply(self, event: ReplyEvent) -> None:
+        run = self.run
+        run.replies[event.id].append(event)
+        if event.outcome is not Outcome.NONE:
+            # The supervisor records a command's ack state just before its reply: the effect is
+            # in the run from that state on, not from the reply.
+            self.changes.append((run.app_of(event), self.acked_by_command.get(event.id, event)))
+        if not event.ok:
+            run.error_replies.add(event)
+
+    def _state(self, event: StateEvent) -> None:
+        run = self.run
+        run.states[event.app].add(event)
+        if event.basis in (StateBasis.ACK, StateBasis.RECOVERED):
+            run.acked[event.app].add(event)
+        if event.basis is StateBasis.RECOVERED:
+            run.recovered[event.app].add(event)
+        if event.basis is StateBasis.ACK and event.command is not None:
+            self.acked_by_command.setdefault(event.command, event)
+
+    def _fault(self, event: FaultEvent) -> None:
+        run = self.run
+        target = run.injects if event.phase is FaultPhase.INJECT else run.clears
+        target.setdefault(event.fault, event)
+        if event.type in STATE_CHANGING_FAULTS:
+            run.touches.add(event.target.app, event)
+            self.changes.append((event.target.app, event))
 
 
 @dataclass

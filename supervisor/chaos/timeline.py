@@ -115,19 +115,46 @@ def _fault_rows(spans: Sequence[tuple[float, float]]) -> list[int]:
     return rows
 
 
-def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
-    """The SVG picture of ``events``: one mark per fault, command and recovery, and the RSS line."""
-    events = sorted(events, key=lambda e: (e.t, e.line))
-    end_t = max((e.t for e in events), default=1.0)
-    for event in events:
-        if isinstance(event, RunEvent) and event.phase is RunPhase.END and event.duration:
-            end_t = max(end_t, event.duration)
-    end_t = max(end_t, 1e-3)
-    scale = (WIDTH - LEFT - RIGHT) / end_t
+@dataclass(frozen=True)
+class _Frame:
+    """Where everything goes: the time scale and the lanes, from the history's length."""
 
-    def x(t: float) -> float:
-        return round(LEFT + max(0.0, min(t, end_t)) * scale, 2)
+    end_t: float
+    scale: float
+    faults: Lane
+    commands: Lane
+    recoveries: Lane
+    memory: Lane
 
+    @property
+    def axis_y(self) -> float:
+        return self.memory.top + self.memory.height + 6
+
+    @property
+    def legend_y(self) -> float:
+        return self.axis_y + AXIS
+
+    @property
+    def height(self) -> int:
+        return int(self.legend_y + 20 * (1 + (len(FAULT_COLOURS) + 3) // 4))
+
+    def x(self, t: float) -> float:
+        """The horizontal position of time ``t`` (clamped to the run)."""
+        return round(LEFT + max(0.0, min(t, self.end_t)) * self.scale, 2)
+
+
+@dataclass(frozen=True)
+class _FaultSpans:
+    """Each injected fault with its span and row."""
+
+    injects: list[FaultEvent]
+    spans: list[tuple[float, float]]
+    rows: list[int]
+    cleared: set[str]
+    recovered: set[str]
+
+
+def _fault_spans(events: Sequence[Event], end_t: float) -> _FaultSpans:
     clears = {
         e.fault: e for e in events if isinstance(e, FaultEvent) and e.phase is FaultPhase.CLEAR
     }
@@ -136,32 +163,47 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
     recovered = {e.fault: e.t for e in events if isinstance(e, RecoveryEvent) and e.fault}
     ends = {**recovered, **{fault: clear.t for fault, clear in clears.items()}}
     spans = [(f.t, max(f.t, ends.get(f.fault, end_t))) for f in injects]
-    rows = _fault_rows(spans)
-    fault_rows = max(rows, default=0) + 1
+    return _FaultSpans(injects, spans, _fault_rows(spans), set(clears), set(recovered))
 
+
+def _frame(events: Sequence[Event], fault_rows: int, end_t: float) -> _Frame:
     faults = Lane("faults", TOP, fault_rows * FAULT_ROW)
     commands = Lane("commands", faults.top + faults.height + LANE_GAP, TICK_LANE)
     recoveries = Lane("recoveries", commands.top + commands.height + LANE_GAP, TICK_LANE)
     memory = Lane("supervisor RSS", recoveries.top + recoveries.height + LANE_GAP, MEMORY_LANE)
-    axis_y = memory.top + memory.height + 6
-    legend_y = axis_y + AXIS
-    height = legend_y + 20 * (1 + (len(FAULT_COLOURS) + 3) // 4)
+    scale = (WIDTH - LEFT - RIGHT) / end_t
+    return _Frame(end_t, scale, faults, commands, recoveries, memory)
 
+
+def _end_time(events: Sequence[Event]) -> float:
+    end_t = max((e.t for e in events), default=1.0)
+    for event in events:
+        if isinstance(event, RunEvent) and event.phase is RunPhase.END and event.duration:
+            end_t = max(end_t, event.duration)
+    return max(end_t, 1e-3)
+
+
+def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
+    """The SVG picture of ``events``: one mark per fault, command and recovery, and the RSS line."""
+    events = sorted(events, key=lambda e: (e.t, e.line))
+    end_t = _end_time(events)
+    faults = _fault_spans(events, end_t)
+    frame = _frame(events, max(faults.rows, default=0) + 1, end_t)
     svg = ET.Element(
         "svg",
         {
             "xmlns": "http://www.w3.org/2000/svg",
             "width": str(WIDTH),
-            "height": str(int(height)),
-            "viewBox": f"0 0 {WIDTH} {int(height)}",
+            "height": str(frame.height),
+            "viewBox": f"0 0 {WIDTH} {frame.height}",
             "font-family": "sans-serif",
             "font-size": "11",
         },
     )
     _el(svg, "title", title)
-    _el(svg, "rect", x=0, y=0, width=WIDTH, height=int(height), fill="white")
+    _el(svg, "rect", x=0, y=0, width=WIDTH, height=frame.height, fill="white")
     _el(svg, "text", title, x=LEFT, y=18, font_size=13, font_weight="bold")
-    for lane in (faults, commands, recoveries, memory):
+    for lane in (frame.faults, frame.commands, frame.recoveries, frame.memory):
         _el(
             svg,
             "rect",
@@ -174,14 +216,25 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
         _el(
             svg, "text", lane.label, x=LEFT - 8, y=lane.top + lane.height / 2 + 4, text_anchor="end"
         )
+    _draw_faults(svg, frame, faults)
+    _draw_commands(svg, frame, events)
+    _draw_recoveries(svg, frame, events)
+    _draw_memory(svg, frame, [e for e in events if isinstance(e, SampleEvent)])
+    _draw_axis(svg, frame)
+    _draw_legend(svg, frame)
+    ET.indent(svg)
+    return ET.tostring(svg, encoding="unicode", xml_declaration=False) + "\n"
 
+
+def _draw_faults(svg: ET.Element, frame: _Frame, faults: _FaultSpans) -> None:
     group = _el(svg, "g", class_="faults")
-    for fault, (start, stop), row in zip(injects, spans, rows, strict=True):
+    top = frame.faults.top
+    for fault, (start, stop), row in zip(faults.injects, faults.spans, faults.rows, strict=True):
         clear = (
             ""
-            if fault.fault in clears
+            if fault.fault in faults.cleared
             else " (until its recovery)"
-            if fault.fault in recovered
+            if fault.fault in faults.recovered
             else " (not cleared)"
         )
         target = ", ".join(f"{k}={v}" for k, v in vars(fault.target).items() if v is not None)
@@ -191,55 +244,66 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
             f"{fault.fault} {fault.type.value} {target} {start:.2f}-{stop:.2f}s{clear} "
             f"(line {fault.line})",
             class_="fault",
-            x=x(start),
-            y=faults.top + row * FAULT_ROW + 2,
-            width=max(2.0, round((stop - start) * scale, 2)),
+            x=frame.x(start),
+            y=top + row * FAULT_ROW + 2,
+            width=max(2.0, round((stop - start) * frame.scale, 2)),
             height=FAULT_ROW - 4,
             fill=FAULT_COLOURS[fault.type],
             fill_opacity=0.8,
         )
-        if (stop - start) * scale >= 24:  # room for its id
+        if (stop - start) * frame.scale >= 24:  # room for its id
             _el(
                 group,
                 "text",
                 fault.fault,
-                x=x(start) + 3,
-                y=faults.top + row * FAULT_ROW + 10,
+                x=frame.x(start) + 3,
+                y=top + row * FAULT_ROW + 10,
                 fill="white",
                 font_size=9,
             )
 
+
+def _command_look(reply: ReplyEvent | None) -> tuple[str, str, bool]:
+    """A command's colour, outcome text and whether its tick is tall (an error or no reply)."""
+    if reply is None:
+        return COMMAND_UNANSWERED, "no reply", True
+    if reply.ok:
+        return COMMAND_OK, "ok", False
+    return (
+        COMMAND_ERROR,
+        f"{reply.code.value if reply.code else 'error'}: {reply.message or ''}",
+        True,
+    )
+
+
+def _draw_commands(svg: ET.Element, frame: _Frame, events: Sequence[Event]) -> None:
     replies: dict[str, ReplyEvent] = {}
     for event in events:
         if isinstance(event, ReplyEvent):
             replies.setdefault(event.id, event)
     group = _el(svg, "g", class_="commands")
+    lane = frame.commands
     for command in (e for e in events if isinstance(e, CommandEvent)):
-        reply = replies.get(command.id)
-        if reply is None:
-            colour, outcome, tall = COMMAND_UNANSWERED, "no reply", True
-        elif reply.ok:
-            colour, outcome, tall = COMMAND_OK, "ok", False
-        else:
-            colour, tall = COMMAND_ERROR, True
-            outcome = f"{reply.code.value if reply.code else 'error'}: {reply.message or ''}"
+        colour, outcome, tall = _command_look(replies.get(command.id))
         what = " ".join(p for p in (command.app, command.operation) if p) or command.text or ""
-        top = commands.top + (2 if tall else commands.height / 3)
+        top = lane.top + (2 if tall else lane.height / 3)
         _titled(
             group,
             "line",
             f"{command.id} {what} at {command.t:.2f}s: {outcome} (line {command.line})",
             class_="command" + (" error" if tall else ""),
-            x1=x(command.t),
-            x2=x(command.t),
+            x1=frame.x(command.t),
+            x2=frame.x(command.t),
             y1=top,
-            y2=commands.top + commands.height - 2,
+            y2=lane.top + lane.height - 2,
             stroke=colour,
             stroke_width=2 if tall else 1,
         )
 
+
+def _draw_recoveries(svg: ET.Element, frame: _Frame, events: Sequence[Event]) -> None:
     group = _el(svg, "g", class_="recoveries")
-    middle = recoveries.top + recoveries.height / 2
+    middle = frame.recoveries.top + frame.recoveries.height / 2
     for recovery in (e for e in events if isinstance(e, RecoveryEvent)):
         colour = RECOVERY_OK if recovery.ok else RECOVERY_FAILED
         mark = _titled(
@@ -253,42 +317,42 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
         _el(
             mark,
             "line",
-            x1=x(recovery.t - recovery.seconds),
-            x2=x(recovery.t),
+            x1=frame.x(recovery.t - recovery.seconds),
+            x2=frame.x(recovery.t),
             y1=middle,
             y2=middle,
             stroke=colour,
             stroke_width=3,
         )
-        _el(mark, "circle", cx=x(recovery.t), cy=middle, r=4, fill=colour)
+        _el(mark, "circle", cx=frame.x(recovery.t), cy=middle, r=4, fill=colour)
 
-    samples = [e for e in events if isinstance(e, SampleEvent)]
-    if samples:
-        top_rss = max(s.rss for s in samples) * 1.1
-        rss_scale = (memory.height - 4) / max(top_rss, 1)
-        points = " ".join(
-            f"{x(s.t)},{round(memory.top + memory.height - s.rss * rss_scale, 2)}" for s in samples
-        )
-        _el(
-            svg,
-            "polyline",
-            class_="rss",
-            points=points,
-            fill="none",
-            stroke="#333",
-            stroke_width=1.5,
-        )
-        for fraction in (0.5, 1.0):
-            mib = top_rss * fraction / 1024 / 1024
-            y = memory.top + memory.height - top_rss * fraction * rss_scale
-            _el(svg, "text", f"{mib:.0f} MiB", x=LEFT + 4, y=round(y + 11, 2), fill="#666")
 
-    step = _nice_step(end_t)
+def _draw_memory(svg: ET.Element, frame: _Frame, samples: Sequence[SampleEvent]) -> None:
+    if not samples:
+        return
+    lane = frame.memory
+    top_rss = max(s.rss for s in samples) * 1.1
+    rss_scale = (lane.height - 4) / max(top_rss, 1)
+    points = " ".join(
+        f"{frame.x(s.t)},{round(lane.top + lane.height - s.rss * rss_scale, 2)}" for s in samples
+    )
+    _el(svg, "polyline", class_="rss", points=points, fill="none", stroke="#333", stroke_width=1.5)
+    for fraction in (0.5, 1.0):
+        mib = top_rss * fraction / 1024 / 1024
+        y = lane.top + lane.height - top_rss * fraction * rss_scale
+        _el(svg, "text", f"{mib:.0f} MiB", x=LEFT + 4, y=round(y + 11, 2), fill="#666")
+
+
+def _draw_axis(svg: ET.Element, frame: _Frame) -> None:
+    step = _nice_step(frame.end_t)
+    axis_y = frame.axis_y
     _el(svg, "line", x1=LEFT, x2=WIDTH - RIGHT, y1=axis_y, y2=axis_y, stroke="#333")
     tick = 0.0
-    while tick <= end_t + 1e-9:
-        _el(svg, "line", x1=x(tick), x2=x(tick), y1=axis_y, y2=axis_y + 5, stroke="#333")
-        _el(svg, "text", f"{tick:g}", x=x(tick), y=axis_y + 17, text_anchor="middle")
+    while tick <= frame.end_t + 1e-9:
+        _el(
+            svg, "line", x1=frame.x(tick), x2=frame.x(tick), y1=axis_y, y2=axis_y + 5, stroke="#333"
+        )
+        _el(svg, "text", f"{tick:g}", x=frame.x(tick), y=axis_y + 17, text_anchor="middle")
         tick = round(tick + step, 9)
     _el(
         svg,
@@ -300,6 +364,8 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
         fill="#666",
     )
 
+
+def _draw_legend(svg: ET.Element, frame: _Frame) -> None:
     legend = [
         *((kind.value, colour) for kind, colour in FAULT_COLOURS.items()),
         ("command ok", COMMAND_OK),
@@ -308,8 +374,6 @@ def timeline_svg(events: Sequence[Event], title: str = "chaos run") -> str:
     ]
     group = _el(svg, "g", class_="legend")
     for i, (label, colour) in enumerate(legend):
-        lx, ly = LEFT + (i % 4) * 200, legend_y + (i // 4) * 20
+        lx, ly = LEFT + (i % 4) * 200, frame.legend_y + (i // 4) * 20
         _el(group, "rect", x=lx, y=ly - 9, width=10, height=10, fill=colour)
         _el(group, "text", label, x=lx + 14, y=ly)
-    ET.indent(svg)
-    return ET.tostring(svg, encoding="unicode", xml_declaration=False) + "\n"
