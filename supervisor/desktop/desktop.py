@@ -334,6 +334,7 @@ class Desktop:
             if value is None:
                 del state[part]
         app.saved_state = state
+        self.data_budget.adopted(app.app_id, state)
         if self.store is not None and self.config.durability == "batch":
             await self.persist(app)
 

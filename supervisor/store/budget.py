@@ -8,6 +8,7 @@ is stored (``E_APP_ERROR``; the desktop restarts the app from its last acknowled
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
@@ -19,33 +20,45 @@ __all__ = ["MAX_APP_DATA_BYTES", "DataBudget"]
 MAX_APP_DATA_BYTES = 64 << 20
 
 
+@dataclass
+class _Measured:
+    """An app's stored parts as last measured: their sizes, their total, and the dict measured."""
+
+    data: dict[str, Any]
+    sizes: dict[str, int]
+    total: int
+
+
 class DataBudget:
-    """Per app, the encoded size of each stored part; admits changes within the budget."""
+    """Per app, the encoded size of each stored part; admits changes within the budget.
+
+    Measuring costs what changed, not what is stored: the sizes of the acknowledged parts are
+    kept, and an admitted change is folded in when the desktop adopts it (:meth:`adopted`). Data
+    the desktop replaced some other way (a restore, an import, a whole-state write) is a new dict,
+    measured once in full.
+    """
 
     def __init__(self, limit: int = MAX_APP_DATA_BYTES) -> None:
         self.limit = limit
-        #: app → part → (id of the value measured, its size). Unchanged parts keep their value
-        #: objects from one acknowledged state to the next, so only new values are measured.
-        self._sizes: dict[str, dict[str, tuple[int, int]]] = {}
+        self._measured: dict[str, _Measured] = {}
+        #: app → (part → its new size, ``None`` when deleted; the total after) until adopted.
+        self._pending: dict[str, tuple[dict[str, int | None], int]] = {}
 
     def admit(self, app: str, name: str, stored: dict[str, Any], changes: dict[str, Any]) -> int:
         """The app's total after ``changes``; ``E_APP_ERROR`` if that is over the budget."""
-        known = self._sizes.get(app, {})
-        sizes: dict[str, tuple[int, int]] = {}
-        for part, value in stored.items():
-            seen = known.get(part)
-            if seen is None or seen[0] != id(value):
-                seen = (id(value), part_bytes(part, value))
-            sizes[part] = seen
-        before = sum(size for _, size in sizes.values())
+        measured = self._measured.get(app)
+        if measured is None or measured.data is not stored:
+            sizes = {part: part_bytes(part, value) for part, value in stored.items()}
+            measured = self._measured[app] = _Measured(stored, sizes, sum(sizes.values()))
+        before = total = measured.total
+        delta: dict[str, int | None] = {}
         for part, value in changes.items():
-            if value is None:
-                sizes.pop(part, None)
-            else:
-                sizes[part] = (id(value), part_bytes(part, value))
-        total = sum(size for _, size in sizes.values())
+            size = None if value is None else part_bytes(part, value)
+            total += (size or 0) - measured.sizes.get(part, 0)
+            delta[part] = size
         # Over the budget, what does not grow the data still goes (a delete must always work).
         if total > self.limit and total > before:
+            self._pending.pop(app, None)
             raise AotuiError(
                 ErrorCode.E_APP_ERROR,
                 f"{app} ({name}) would store {total >> 20} MiB of data, over the "
@@ -54,9 +67,24 @@ class DataBudget:
                 f"less of it) before adding more.",
                 {"outcome": "not applied", "stored_bytes": total, "limit_bytes": self.limit},
             )
-        self._sizes[app] = sizes
+        self._pending[app] = (delta, total)
         return total
+
+    def adopted(self, app: str, stored: dict[str, Any]) -> None:
+        """The changes last admitted for ``app`` are now its stored data ``stored``."""
+        pending = self._pending.pop(app, None)
+        measured = self._measured.get(app)
+        if pending is None or measured is None:
+            return
+        delta, total = pending
+        for part, size in delta.items():
+            if size is None:
+                measured.sizes.pop(part, None)
+            else:
+                measured.sizes[part] = size
+        measured.data, measured.total = stored, total
 
     def forget(self, app: str) -> None:
         """Drop what is known of ``app`` (uninstalled)."""
-        self._sizes.pop(app, None)
+        self._measured.pop(app, None)
+        self._pending.pop(app, None)
