@@ -63,8 +63,6 @@ class FaultInjector:
     http_armed: dict[str, tuple[str, dict[str, Any], float]]
     #: (fault id, until, signals dropped so far) of a signal_loss under way.
     signal_drop: tuple[str, float, int] | None
-    #: fault id → when it was injected (monotonic), until its recovery is recorded.
-    inject_times: dict[str, float]
     _tasks: set[asyncio.Task[None]]
 
     def _spawn(self, work: Any) -> None:
@@ -199,11 +197,11 @@ class FaultInjector:
             self._fault(fid, spec, app, command, detail, "clear")
             if app.worker is worker and self.pending.get(app.app_id, ("",))[0] == fid:
                 # Thawed before anything killed it: it serves again, as it was.
-                del self.pending[app.app_id]
+                started = self.pending.pop(app.app_id)[1]
                 self._visible(
                     fid, "reply", f"{app.app_id} answered nothing for {detail['seconds']:g} s"
                 )
-                self._recovery(fid, app)
+                self._recovery(fid, app, started)
 
         asyncio.get_running_loop().call_later(detail["seconds"], thaw)
 
@@ -348,9 +346,8 @@ class FaultInjector:
         # thread-safe, so the broker thread records it directly.
         self._visible(fid, "reply", text)
 
-    def _recovery(self, fid: str, app: AppRecord, ok: bool = True) -> None:
+    def _recovery(self, fid: str, app: AppRecord, started: float, ok: bool = True) -> None:
         """Record that ``app`` serves again after fault ``fid`` (its state, if it does)."""
-        started = self.inject_times.pop(fid, time.monotonic())
         self._write(
             EventKind.RECOVERY,
             fault=fid,
@@ -363,8 +360,6 @@ class FaultInjector:
             self._state(app, "recovered", fault=fid)
 
     def _write(self, kind: EventKind, **fields: Any) -> None:
-        if kind is EventKind.FAULT and fields.get("phase") == "inject":
-            self.inject_times.setdefault(fields["fault"], time.monotonic())
         try:
             self.writer.append(kind, **fields)
         except AotuiError as exc:  # a full history disk must not take the desktop down

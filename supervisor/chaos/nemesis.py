@@ -115,8 +115,6 @@ class Nemesis(FaultInjector):
         self.resolved: dict[str, dict[str, Any]] = {}
         self.http_armed: dict[str, tuple[str, dict[str, Any], float]] = {}
         self.signal_drop: tuple[str, float, int] | None = None
-        #: fault id → when it was injected (monotonic), until its recovery is recorded.
-        self.inject_times: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._execute = supervisor.methods["execute"]
         supervisor.methods["execute"] = self.execute
@@ -339,7 +337,7 @@ class Nemesis(FaultInjector):
         """A change listener: a faulted app that crashed is seen; one serving again recovered."""
         if not self.pending:
             return
-        for app_id, (fid, _at, _worker) in list(self.pending.items()):
+        for app_id, (fid, started, _worker) in list(self.pending.items()):
             app = next((a for a in self.desktop.apps if a.app_id == app_id), None)
             if app is None:
                 del self.pending[app_id]
@@ -348,7 +346,7 @@ class Nemesis(FaultInjector):
                 self._visible(fid, "signal", f"app_crashed: {app.app_id} ({app.last_exit})")
                 if app.status is AppStatus.FAILED:
                     del self.pending[app_id]
-                    self._recovery(fid, app, ok=False)
+                    self._recovery(fid, app, started, ok=False)
             elif (
                 reason in ("app_restarted", "app_opened")
                 and app.is_live
@@ -356,7 +354,7 @@ class Nemesis(FaultInjector):
                 and app.worker is not _worker
             ):
                 del self.pending[app_id]
-                self._recovery(fid, app)
+                self._recovery(fid, app, started)
 
 
 def _parse(params: dict[str, Any]) -> list[Command]:
