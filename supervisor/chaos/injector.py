@@ -106,38 +106,62 @@ class FaultInjector:
         assert command is not None or not fired
         for fid, spec in fired:
             assert app is not None
-            kind, detail = spec.type, dict(spec.detail)
-            if kind in _ON_WORKER:
-                await self._serving(app)
-            if kind is FaultType.KILL_WORKER and detail["when"] == "before_effect":
-                self._kill(fid, spec, app, command, signal.SIGKILL, detail)
-            elif kind is FaultType.FREEZE:
-                self._freeze(fid, spec, app, command, detail)
-            elif kind is FaultType.MEMORY_PRESSURE:
-                self._pressure(fid, spec, app, command)
-            elif kind is FaultType.LATENCY:
-                self._fault(fid, spec, app, command, detail)
-                await asyncio.sleep(detail["ms"] / 1000)
-                self._fault(fid, spec, app, command, detail, "clear")
-                self._visible(fid, "reply", f"the reply came {detail['ms']} ms later")
-            elif kind is FaultType.FAIL:
-                self._fault(fid, spec, app, command, detail)
-                raise _failure(fid, detail["code"], app, command)
-            elif kind in (FaultType.DRIFT, FaultType.LIE):
-                self._perturb(fid, spec, app, command, detail)
-            elif kind is FaultType.HTTP_FAULT:
-                self.http_armed[app.app_id] = (fid, detail, time.monotonic() + HTTP_ARMED_S)
-            elif kind is FaultType.DISK_FULL:
-                self._disk_full(fid, spec, app, command, detail)
-            elif kind is FaultType.SIGNAL_LOSS:
-                self._fault(fid, spec, app, command, detail)
-                self.signal_drop = (fid, time.monotonic() + detail["seconds"], 0)
-                self._spawn(self._end_signal_loss(fid, spec, app, command, detail))
-            elif kind is FaultType.SIGNAL_BURST:
-                self._fault(fid, spec, app, command, detail)
-                for _ in range(detail["count"]):
-                    self.supervisor._publish("dom_mutation", ("dom_mutation",))
-                self._visible(fid, "signal", f"{detail['count']} signals in a burst")
+            await self._inject(fid, spec, app, command, dict(spec.detail))
+
+    async def _inject(
+        self,
+        fid: str,
+        spec: FaultSpec,
+        app: AppRecord,
+        command: Command | None,
+        detail: dict[str, Any],
+    ) -> None:
+        """Cause one fault that fires before the command runs (a failure raises here)."""
+        kind = spec.type
+        if kind in _ON_WORKER:
+            await self._serving(app)
+        if kind is FaultType.KILL_WORKER and detail["when"] == "before_effect":
+            self._kill(fid, spec, app, command, signal.SIGKILL, detail)
+        elif kind is FaultType.FREEZE:
+            self._freeze(fid, spec, app, command, detail)
+        elif kind is FaultType.MEMORY_PRESSURE:
+            self._pressure(fid, spec, app, command)
+        elif kind is FaultType.LATENCY:
+            self._fault(fid, spec, app, command, detail)
+            await asyncio.sleep(detail["ms"] / 1000)
+            self._fault(fid, spec, app, command, detail, "clear")
+            self._visible(fid, "reply", f"the reply came {detail['ms']} ms later")
+        elif kind is FaultType.FAIL:
+            self._fault(fid, spec, app, command, detail)
+            raise _failure(fid, detail["code"], app, command)
+        else:
+            self._inject_around(fid, spec, app, command, detail)
+
+    def _inject_around(
+        self,
+        fid: str,
+        spec: FaultSpec,
+        app: AppRecord,
+        command: Command | None,
+        detail: dict[str, Any],
+    ) -> None:
+        """Faults around the worker: its view, its HTTP, its disk, the desktop's signals."""
+        kind = spec.type
+        if kind in (FaultType.DRIFT, FaultType.LIE):
+            self._perturb(fid, spec, app, command, detail)
+        elif kind is FaultType.HTTP_FAULT:
+            self.http_armed[app.app_id] = (fid, detail, time.monotonic() + HTTP_ARMED_S)
+        elif kind is FaultType.DISK_FULL:
+            self._disk_full(fid, spec, app, command, detail)
+        elif kind is FaultType.SIGNAL_LOSS:
+            self._fault(fid, spec, app, command, detail)
+            self.signal_drop = (fid, time.monotonic() + detail["seconds"], 0)
+            self._spawn(self._end_signal_loss(fid, spec, app, command, detail))
+        elif kind is FaultType.SIGNAL_BURST:
+            self._fault(fid, spec, app, command, detail)
+            for _ in range(detail["count"]):
+                self.supervisor._publish("dom_mutation", ("dom_mutation",))
+            self._visible(fid, "signal", f"{detail['count']} signals in a burst")
 
     async def _serving(self, app: AppRecord) -> None:
         """Wait (bounded) for ``app``'s worker: a fault aimed at it needs it running."""

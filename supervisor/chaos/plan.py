@@ -215,13 +215,7 @@ def _fault(index: int, raw: Any) -> FaultSpec:
     where = f"fault[{index}]"
     if not isinstance(raw, Mapping):
         raise _bad(where, "is not a table", 'write it as [[fault]] with type = "..."')
-    types = ", ".join(t.value for t in FaultType)
-    try:
-        kind = FaultType(raw.get("type"))
-    except ValueError:
-        raise _bad(
-            f"{where}.type", f"{raw.get('type')!r} is not a fault type", f"use one of {types}"
-        ) from None
+    kind = _fault_type(where, raw)
     defaults = DETAIL_DEFAULTS[kind]
     known = {"type", "id", "max", *_TARGET_KEYS, *_TRIGGER_KEYS, *defaults}
     for key in raw:
@@ -231,12 +225,46 @@ def _fault(index: int, raw: Any) -> FaultSpec:
                 f"is not a key of a {kind.value} fault",
                 f"its keys are {', '.join(sorted(known))}",
             )
+    target = _target(where, raw)
+    trigger = _trigger(where, raw, kind)
+    limit = raw.get("max")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise _bad(f"{where}.max", f"{limit!r} is not a whole number >= 1", "give one or drop it")
+    return FaultSpec(
+        f"f{index + 1}",
+        kind,
+        target["app"],
+        target["operation"],
+        target["view"],
+        trigger,
+        _trigger_value(where, raw, trigger),
+        limit,
+        {key: _detail(where, key, raw.get(key, default)) for key, default in defaults.items()},
+    )
+
+
+def _fault_type(where: str, raw: Mapping[str, Any]) -> FaultType:
+    try:
+        return FaultType(raw.get("type"))
+    except ValueError:
+        types = ", ".join(t.value for t in FaultType)
+        raise _bad(
+            f"{where}.type", f"{raw.get('type')!r} is not a fault type", f"use one of {types}"
+        ) from None
+
+
+def _target(where: str, raw: Mapping[str, Any]) -> dict[str, str | None]:
     target: dict[str, str | None] = {}
     for key in _TARGET_KEYS:
         aim = raw.get(key)
         if aim is not None and (not isinstance(aim, str) or not aim):
             raise _bad(f"{where}.{key}", f"{aim!r} is not a non-empty string", "name one")
         target[key] = aim
+    return target
+
+
+def _trigger(where: str, raw: Mapping[str, Any], kind: FaultType) -> Trigger:
+    """What fires the fault: timed kinds by the clock, the others by a command."""
     given = [key for key in _TRIGGER_KEYS if key in raw]
     if len(given) > 1:
         raise _bad(where, f"has both {given[0]} and {given[1]}", "keep one trigger")
@@ -254,7 +282,12 @@ def _fault(index: int, raw: Any) -> FaultSpec:
             f"a {kind.value} fault fires on a command",
             "give probability = 0..1 or every = N",
         )
-    value: float | tuple[float, ...]
+    return trigger
+
+
+def _trigger_value(
+    where: str, raw: Mapping[str, Any], trigger: Trigger
+) -> float | tuple[float, ...]:
     raw_value = raw.get(trigger.value, [] if trigger is Trigger.SCHEDULE else 1.0)
     if trigger is Trigger.SCHEDULE:
         if not isinstance(raw_value, list) or not raw_value:
@@ -263,44 +296,29 @@ def _fault(index: int, raw: Any) -> FaultSpec:
                 f"{raw_value!r} is not a list of seconds",
                 "give at_s = [5.0, 20.0]",
             )
-        value = tuple(sorted(_number(f"{where}.at_s", t, 0) for t in raw_value))
-    elif trigger is Trigger.PROBABILITY:
-        value = _number(f"{where}.probability", raw_value, 0, 1)
-    elif trigger is Trigger.EVERY:
+        return tuple(sorted(_number(f"{where}.at_s", t, 0) for t in raw_value))
+    if trigger is Trigger.PROBABILITY:
+        return _number(f"{where}.probability", raw_value, 0, 1)
+    if trigger is Trigger.EVERY:
         if isinstance(raw_value, bool) or not isinstance(raw_value, int) or raw_value < 1:
             raise _bad(f"{where}.every", f"{raw_value!r} is not a whole number >= 1", "give one")
-        value = float(raw_value)
-    else:
-        value = _number(f"{where}.rate_per_min", raw_value, 0.001, 6000)
-    limit = raw.get("max")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise _bad(f"{where}.max", f"{limit!r} is not a whole number >= 1", "give one or drop it")
-    detail: dict[str, Any] = {}
-    for key, default in defaults.items():
-        chosen = raw.get(key, default)
-        if key in _CHOICES:
-            if chosen not in _CHOICES[key]:
-                raise _bad(
-                    f"{where}.{key}",
-                    f"{chosen!r} is not allowed",
-                    f"use one of {', '.join(_CHOICES[key])}",
-                )
-        elif key in ("seconds",):
-            chosen = _number(f"{where}.{key}", chosen, 0.01, 600)
-        else:  # ms, count
-            chosen = int(_number(f"{where}.{key}", chosen, 1, 600_000))
-        detail[key] = chosen
-    return FaultSpec(
-        f"f{index + 1}",
-        kind,
-        target["app"],
-        target["operation"],
-        target["view"],
-        trigger,
-        value,
-        limit,
-        detail,
-    )
+        return float(raw_value)
+    return _number(f"{where}.rate_per_min", raw_value, 0.001, 6000)
+
+
+def _detail(where: str, key: str, chosen: Any) -> Any:
+    """One detail of a fault (its mode, its seconds, its ms or count), checked."""
+    if key in _CHOICES:
+        if chosen not in _CHOICES[key]:
+            raise _bad(
+                f"{where}.{key}",
+                f"{chosen!r} is not allowed",
+                f"use one of {', '.join(_CHOICES[key])}",
+            )
+        return chosen
+    if key == "seconds":
+        return _number(f"{where}.{key}", chosen, 0.01, 600)
+    return int(_number(f"{where}.{key}", chosen, 1, 600_000))  # ms, count
 
 
 def parse_plan(raw: Mapping[str, Any]) -> Plan:
