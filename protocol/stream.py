@@ -12,8 +12,8 @@ from aotui.protocol.messages import Message
 __all__ = ["MAX_STREAM_FRAME", "FrameReader", "write_frame"]
 
 _HEADER = struct.Struct("!I")
-#: Largest frame either side accepts on a stream.
-MAX_STREAM_FRAME = 1 << 20
+#: Largest frame either side accepts on a stream: the one frame limit (the codec's).
+MAX_STREAM_FRAME = codec.MAX_FRAME_BYTES
 
 
 def write_frame(sock: socket.socket, message: Message, fds: list[int] | None = None) -> None:

@@ -64,7 +64,8 @@ PULL_PARAMS = ("since", "app", "view", "max_tokens", "include_instructions")
 class RpcLimits:
     """What one JSON-RPC peer may make the supervisor hold."""
 
-    #: Longest request line (a longer one closes the connection after a parse error).
+    #: Longest request line (a longer one closes the connection after a parse error). Not the
+    #: frame limit: it is what one of up to 256 peers may make the desktop buffer at once.
     line_bytes: int = 1 << 20
     #: Requests of one connection running at once.
     in_flight: int = 8
