@@ -87,3 +87,66 @@ def test_export_and_import_through_the_cli(start_desktop: Start, tmp_path: Path)
     garbage = aotui(target, "import", target.name, stdin="not json")
     assert garbage.returncode == 64
     assert "not JSON" in garbage.stderr
+
+
+PUT = '<context app_id="app_0" view_id="view_0">execute put --name {name} --kb {kb}</context>'
+
+
+def parts_desktop(start_desktop: Start, parts: int) -> tuple[RunningDesktop, str]:
+    desktop = start_desktop(["parts"])
+    desktop.client.execute("<context>open --application app_0</context>")
+    digest = ""
+    for i in range(parts):
+        digest = desktop.client.execute(PUT.format(name=f"p{i}", kb=500))["results"][0]
+    return desktop, digest
+
+
+@pytest.mark.timeout(180)
+def test_export_and_import_of_more_than_a_frame(start_desktop: Start, tmp_path: Path) -> None:
+    source, digest = parts_desktop(start_desktop, 12)  # ~6 MB: past the 4 MiB frame
+    state = source.client.export_state()
+    assert state["format"] == "aotui.desktop"
+    assert len(state["apps"][0]["data"]) == 12
+    with pytest.raises(AotuiError) as whole:
+        source.client.call("export")  # the one-reply form says to ask in chunks
+    assert whole.value.code is ErrorCode.E_INVALID_CMD
+    assert "chunked" in whole.value.message
+
+    target, _ = parts_desktop(start_desktop, 0)
+    assert target.client.import_state(state) == {"imported": ["app_0"], "skipped": []}
+    assert f"Digest: {digest}" in target.client.snapshot()
+    assert target.client.export_state()["apps"][0]["data"] == state["apps"][0]["data"]
+
+    exported = aotui(source, "export", source.name)
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(exported.stdout)["apps"][0]["data"] == state["apps"][0]["data"]
+    target.client.execute(PUT.format(name="extra", kb=1))
+    state_file = tmp_path / "state.json"
+    state_file.write_text(exported.stdout)
+    imported = aotui(target, "import", target.name, "--file", str(state_file))
+    assert imported.returncode == 0, imported.stderr
+    assert f"Digest: {digest}" in target.client.snapshot()
+
+
+def test_transfer_cache_bounds_per_client_bytes_and_age() -> None:
+    from aotui.supervisor.interface.transfer_cache import (
+        TransferCache,
+        TransferKind,
+        TransferLimits,
+    )
+
+    now = [0.0]
+    cache = TransferCache(TransferLimits(total_bytes=100, ttl_s=10), clock=lambda: now[0])
+    first = cache.open(TransferKind.EXPORT, "a", 60)
+    cache.open(TransferKind.IMPORT, "a", 10)
+    with pytest.raises(AotuiError) as per_client:
+        cache.open(TransferKind.EXPORT, "a", 1)
+    assert per_client.value.code is ErrorCode.E_RATE_LIMITED
+    with pytest.raises(AotuiError) as too_many_bytes:
+        cache.open(TransferKind.EXPORT, "b", 40)
+    assert too_many_bytes.value.code is ErrorCode.E_RATE_LIMITED
+    now[0] = 11.0
+    with pytest.raises(AotuiError) as expired:
+        cache.get(TransferKind.EXPORT, first)
+    assert expired.value.code is ErrorCode.E_NOT_FOUND
+    assert cache.open(TransferKind.EXPORT, "b", 500)  # alone, any size goes

@@ -52,6 +52,9 @@ class DesktopUnavailable(AotuiError):
 class Client:
     """A connection to one desktop's supervisor."""
 
+    #: Bytes of one import chunk: the desktop's own chunk size, well within a 4 MiB frame.
+    TRANSFER_CHUNK_BYTES = 2 << 20
+
     def __init__(
         self,
         desktop: str = "default",
@@ -73,6 +76,8 @@ class Client:
         self.lease_token: str | None = None
         #: Why the lease this client held was lost for good, once the heartbeat found out.
         self.lease_error: AotuiError | None = None
+        #: Names this client's exports/imports under way (the desktop bounds them per client).
+        self._transfer_client = os.urandom(8).hex()
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -290,14 +295,54 @@ class Client:
         return result
 
     def export_state(self) -> dict[str, Any]:
-        """The desktop's state (apps, view ids, app data) as JSON-able data."""
-        result: dict[str, Any] = self.call("export")
+        """The desktop's state (apps, view ids, app data) as JSON-able data, of any size."""
+        import msgpack  # only these two methods need it beyond the codec's own import
+
+        # In chunks, each well within a frame: the state may hold 64 MiB per app.
+        first = self.call("export", chunked=True, client=self._transfer_client)
+        total, export_id, chunks = first["total_bytes"], first["export_id"], [first["chunk"]]
+        received = len(first["chunk"])
+        while received < total:
+            reply = self.call("export", export_id=export_id, offset=received)
+            if not reply["chunk"]:
+                raise AotuiError(
+                    ErrorCode.E_INTERNAL, f"the export stopped at {received} of {total} bytes"
+                )
+            chunks.append(reply["chunk"])
+            received += len(reply["chunk"])
+        result: dict[str, Any] = msgpack.unpackb(b"".join(chunks), raw=False)
         return result
 
     def import_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Give the installed apps named in ``state`` its data (running ones restart from it)."""
-        result: dict[str, Any] = self.call("import", state=state, token=self.lease_token)
-        return result
+        """Give the installed apps named in ``state`` its data (running ones restart from it).
+
+        The state goes in chunks; the desktop changes nothing until it has the last one."""
+        import msgpack
+
+        try:
+            blob: bytes = msgpack.packb(state, use_bin_type=True)
+        except (TypeError, ValueError) as exc:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD, f"the state to import is not plain data ({exc})"
+            ) from None
+        step = self.TRANSFER_CHUNK_BYTES
+        import_id: str | None = None
+        offset = 0
+        while True:
+            chunk = blob[offset : offset + step]
+            result: dict[str, Any] = self.call(
+                "import",
+                chunk=chunk,
+                offset=offset,
+                total_bytes=len(blob),
+                import_id=import_id,
+                client=self._transfer_client,
+                token=self.lease_token,
+            )
+            offset += len(chunk)
+            if offset >= len(blob):
+                return result
+            import_id = result["import_id"]
 
     def capabilities(self) -> dict[str, Any]:
         """What the desktop offers: version, JSON-RPC methods, formats, limits."""

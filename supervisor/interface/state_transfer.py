@@ -6,6 +6,19 @@ and gives each app it names (matched by manifest id) that app's data: a running 
 opened again from it, so it shows the imported state at once. Apps the data names that are not
 installed here are reported as skipped, never installed behind the user's back. The desktop's
 store stays the embedded default: this is how state moves between desktops or is kept aside.
+
+Both move the state in chunks, since it may be far larger than one frame (each app may keep
+64 MiB): the state is encoded whole as msgpack and sent in slices of
+:attr:`TransferLimits.chunk_bytes`.
+
+- ``export`` with ``chunked=true`` answers ``{export_id, total_bytes, offset, chunk}``; asked again
+  with ``export_id`` and the next ``offset`` it answers the next slice. ``export_id`` is null when
+  the first chunk is the whole. Without ``chunked`` it answers the state itself, if it fits a frame.
+- ``import`` with ``chunk``, ``offset`` and ``total_bytes`` (and from the second chunk on the
+  ``import_id`` the first answered) collects the state; nothing changes until the last chunk, then
+  every app's data is stored in one write. ``import`` with ``state`` takes it whole, as before.
+
+The supervisor holds transfers under way in a bounded :class:`TransferCache` (per ``client``).
 """
 
 from __future__ import annotations
@@ -13,55 +26,216 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.interface.transfer_cache import TransferCache, TransferKind, TransferLimits
+from aotui.supervisor.store.budget import MAX_APP_DATA_BYTES
 from aotui.supervisor.store.state import DesktopState
+from aotui.supervisor.workers.restore import part_bytes
 
 if TYPE_CHECKING:
+    from aotui.supervisor.desktop.app_record import AppRecord
     from aotui.supervisor.server.process import Supervisor
 
-__all__ = ["StateTransfer"]
+__all__ = ["StateTransfer", "pack_state", "unpack_state"]
+
+#: Room for the desktop's own fields and each app's record beside the apps' data budgets.
+_IMPORT_SLACK_BYTES = 1 << 20
+
+
+def pack_state(state: dict[str, Any]) -> bytes:
+    """The state encoded whole, as export and import move it."""
+    packed: bytes = msgpack.packb(state, use_bin_type=True)
+    return packed
+
+
+def unpack_state(blob: bytes) -> Any:
+    """The state in ``blob``; ``E_INVALID_CMD`` if it is not msgpack data."""
+    try:
+        return msgpack.unpackb(blob, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError) as exc:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"the imported chunks do not make an encoded desktop state ({exc}); "
+            f"import again from an `aotui export`",
+        ) from None
 
 
 class StateTransfer:
     """The ``export`` and ``import`` methods of one desktop."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: Supervisor, limits: TransferLimits | None = None) -> None:
         self.supervisor = supervisor
+        self.transfers = TransferCache(limits)
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes of one chunk."""
+        return self.transfers.limits.chunk_bytes
+
+    # --- export ---------------------------------------------------------------------------------
 
     async def export_state(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The desktop's state as plain data (``DesktopState.to_dict``)."""
-        return self.supervisor.desktop.serialize().to_dict()
+        """The desktop's state: whole (if it fits a frame) or its first or next chunk."""
+        if params.get("export_id") is not None:
+            transfer = self.transfers.get(TransferKind.EXPORT, params["export_id"])
+            offset = _offset(params, transfer.total)
+            if offset == transfer.total:
+                self.transfers.drop(params["export_id"])
+            return self._chunk(params["export_id"], bytes(transfer.data), offset)
+        state = self.supervisor.desktop.serialize().to_dict()
+        if not params.get("chunked"):
+            size = len(await asyncio.to_thread(pack_state, state))
+            if size > self.chunk_bytes:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"the desktop's state is {size >> 20} MiB, more than one reply carries: ask "
+                    f"for it in chunks (export with chunked=true, as `aotui export` and "
+                    f"Client.export_state do)",
+                )
+            return state
+        blob = await asyncio.to_thread(pack_state, state)
+        if len(blob) <= self.chunk_bytes:
+            return self._chunk(None, blob, 0)
+        export_id = self.transfers.open(TransferKind.EXPORT, _client(params), len(blob), blob)
+        return self._chunk(export_id, blob, 0)
+
+    def _chunk(self, export_id: str | None, blob: bytes, offset: int) -> dict[str, Any]:
+        end = min(offset + self.chunk_bytes, len(blob))
+        if export_id is not None and end == len(blob):
+            self.transfers.drop(export_id)  # the last chunk: nothing more will be asked
+        return {
+            "export_id": export_id,
+            "total_bytes": len(blob),
+            "offset": offset,
+            "chunk": blob[offset:end],
+        }
+
+    # --- import ---------------------------------------------------------------------------------
 
     async def import_state(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Give the apps named in ``state`` their data; restart the running ones from it."""
+        """Take ``state`` whole, or collect it by ``chunk``; on the last, give apps their data."""
         token = params.get("token")
         self.supervisor.lease.check(token if isinstance(token, str) else None)
-        state = DesktopState.from_dict(params.get("state"))  # type: ignore[arg-type]
+        if "chunk" not in params:
+            return await self._apply(params.get("state"))
+        chunk = params["chunk"]
+        if not isinstance(chunk, bytes):
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"an import chunk is bytes (a slice of the encoded state), "
+                f"not {type(chunk).__name__}",
+            )
+        import_id = params.get("import_id")
+        if import_id is None:
+            self.supervisor.desktop.require_writable()
+            import_id = self.transfers.open(
+                TransferKind.IMPORT, _client(params), self._declared_total(params)
+            )
+        transfer = self.transfers.get(TransferKind.IMPORT, import_id)
+        offset = _offset(params, transfer.total)
+        if offset != len(transfer.data) or offset + len(chunk) > transfer.total:
+            self.transfers.drop(import_id)
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"import chunk at offset {offset} of {len(chunk)} bytes does not follow the "
+                f"{len(transfer.data)} bytes received of {transfer.total}; import again from "
+                f"the start",
+            )
+        transfer.data += chunk
+        if len(transfer.data) < transfer.total:
+            return {"import_id": import_id, "received": len(transfer.data)}
+        self.transfers.drop(import_id)
+        raw = await asyncio.to_thread(unpack_state, bytes(transfer.data))
+        return await self._apply(raw)
+
+    def _declared_total(self, params: dict[str, Any]) -> int:
+        total = params.get("total_bytes")
+        apps = max(1, len(self.supervisor.desktop.apps))
+        most = apps * MAX_APP_DATA_BYTES + _IMPORT_SLACK_BYTES
+        if type(total) is not int or not 0 < total <= most:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"total_bytes {str(total)[:40]} is not the size of an importable state (1 to "
+                f"{most >> 20} MiB for this desktop's {apps} app(s))",
+            )
+        return total
+
+    async def _apply(self, raw: Any) -> dict[str, Any]:
+        """Give the installed apps their data from ``raw``, stored in one write."""
+        state = DesktopState.from_dict(raw)
         desktop = self.supervisor.desktop
         desktop.require_writable()
         installed = {app.manifest.id: app for app in desktop.apps}
-        imported: list[str] = []
+        chosen: list[tuple[AppRecord, Any]] = []
         skipped: list[str] = []
         for entry in state.apps:
             app = installed.get(entry.manifest_id)
             if app is None:
                 skipped.append(entry.manifest_id)
                 continue
-            lock = self.supervisor.app_locks.setdefault(app.app_id, asyncio.Lock())
-            async with lock:  # never under an execute on the same app
-                live = app.is_live
-                if live:
-                    await desktop.runner.close(app)
-                app.saved_state = entry.data
-                await desktop.persist(app)
-                if live:
-                    await desktop.open_app(app)
-            imported.append(app.app_id)
+            _check_budget(app.app_id, entry.data)
+            chosen.append((app, entry.data))
+        if not chosen and not skipped:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, "the state names no apps; nothing imported")
+        # Never under an execute on the same app; taken in one order, so two imports cannot
+        # hold each other's locks.
+        locks = [
+            self.supervisor.app_locks.setdefault(app.app_id, asyncio.Lock())
+            for app in sorted({app.app_id: app for app, _ in chosen}.values(), key=_order)
+        ]
+        for lock in locks:
+            await lock.acquire()
+        try:
+            live = [app for app, _ in chosen if app.is_live]
+            for app in live:
+                await desktop.runner.close(app)
+            for app, data in chosen:
+                app.saved_state = data
+            await desktop.persist(*(app for app, _ in chosen))  # one write: all or none
+            for app in live:
+                await desktop.open_app(app)
+        finally:
+            for lock in locks:
+                lock.release()
+        imported = [app.app_id for app, _ in chosen]
         desktop.log(
             f"Imported the data of {len(imported)} app(s)"
             + (f"; not installed here, skipped: {', '.join(skipped)}" if skipped else "")
             + "."
         )
-        if not imported and not skipped:
-            raise AotuiError(ErrorCode.E_INVALID_CMD, "the state names no apps; nothing imported")
         return {"imported": imported, "skipped": skipped}
+
+
+def _order(app: AppRecord) -> str:
+    return app.app_id
+
+
+def _client(params: dict[str, Any]) -> str:
+    client = params.get("client")
+    return client[:64] if isinstance(client, str) and client else "anonymous"
+
+
+def _offset(params: dict[str, Any], total: int) -> int:
+    offset = params.get("offset")
+    if type(offset) is not int or not 0 <= offset <= total:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"offset {str(offset)[:40]} is not a byte offset within the {total} bytes",
+        )
+    return offset
+
+
+def _check_budget(app: str, data: Any) -> None:
+    """An app's imported data is held to the budget its own operations are (``E_INVALID_CMD``)."""
+    if isinstance(data, dict):
+        size = sum(part_bytes(part, value) for part, value in data.items())
+    else:
+        size = len(pack_state({"data": data}))
+    if size > MAX_APP_DATA_BYTES:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"the imported data of {app} is {size >> 20} MiB, over the "
+            f"{MAX_APP_DATA_BYTES >> 20} MiB an app may keep; nothing was imported",
+        )
