@@ -161,6 +161,11 @@ def bench_soak(seconds: float = 60.0) -> dict[str, float]:
         f"end {report.rss['end'] / mb:.1f} MB; fds start {fds0}, warm {report.fds['warm']}, "
         f"end {report.fds['end']}"
     )
+    for code, messages in sorted(report.messages.items()):
+        print(f"{code} (first {len(messages)}):")
+        for message in messages:
+            print(f"    {message}")
+    print("supervisor RSS over the soak:\n" + report.rss_table())
     return {
         "soak_rss_warm_mb": report.rss["warm"] / mb,
         "soak_rss_end_mb": report.rss["end"] / mb,

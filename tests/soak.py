@@ -7,7 +7,9 @@ Used by ``tests/test_soak.py`` (2 minutes by default, ``--soak-seconds`` for lon
   acknowledged count of exactly *n + 1* (a worker killed mid-operation loses only that
   unacknowledged operation, never an acknowledged one);
 - every command is answered (an error reply is an answer; the client giving up is not);
-- supervisor RSS and open descriptors, sampled after warm-up and at the end.
+- supervisor RSS and open descriptors, sampled every 30 s (``samples``), after warm-up and
+  at the end;
+- every error's message: the first few of each code, and every ``E_INTERNAL`` (our bug).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from aotui.supervisor.interface.client import Client
 
 #: The apps a soak desktop runs (test apps and bundled ones).
 SOAK_APPS = ["system/chat", "echo", "crashy", "lister"]
+#: How many messages of each error code a report keeps (every E_INTERNAL is kept).
+MESSAGES_PER_CODE = 5
+#: Seconds between RSS/descriptor samples.
+SAMPLE_EVERY_S = 30.0
 #: Settings that let a worker be killed every second for an hour without being marked failed.
 SOAK_SETTINGS = {"max_restarts": 1_000_000, "restart_backoff_s": 0.01}
 
@@ -42,6 +48,24 @@ class SoakReport:
     kills: int = 0
     rss: dict[str, int] = field(default_factory=dict)
     fds: dict[str, int] = field(default_factory=dict)
+    #: What the errors said, per code: the first few, and every E_INTERNAL.
+    messages: dict[str, list[str]] = field(default_factory=dict)
+    #: (seconds since start, RSS bytes, open descriptors), every SAMPLE_EVERY_S.
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def note_error(self, exc: AotuiError, command: str) -> None:
+        """Count an error reply and keep its message if it is one worth reading."""
+        code = exc.code.value
+        self.errors[code] = self.errors.get(code, 0) + 1
+        kept = self.messages.setdefault(code, [])
+        if exc.code is ErrorCode.E_INTERNAL or len(kept) < MESSAGES_PER_CODE:
+            kept.append(f"{command or 'snapshot/say'}: {exc.message}")
+
+    def rss_table(self) -> str:
+        """The RSS and descriptor samples as lines ``t=…s rss=… MB fds=…``."""
+        return "\n".join(
+            f"t={at:6.0f}s rss={rss / 2**20:6.1f} MB fds={fds}" for at, rss, fds in self.samples
+        )
 
 
 def _sample(report: SoakReport, label: str, pid: int) -> None:
@@ -82,14 +106,20 @@ def run_soak(client: Client, supervisor_pid: int, seconds: float, seed: int = 1)
     started = time.monotonic()
     warm_at = started + min(30.0, seconds / 4)
     warmed = False
+    next_sample = started
     thread.start()
     try:
-        while time.monotonic() - started < seconds:
-            if not warmed and time.monotonic() >= warm_at:
+        while (now := time.monotonic()) - started < seconds:
+            if now >= next_sample:
+                _sample(report, "last", supervisor_pid)
+                report.samples.append((now - started, report.rss["last"], report.fds["last"]))
+                next_sample += SAMPLE_EVERY_S
+            if not warmed and now >= warm_at:
                 _sample(report, "warm", supervisor_pid)
                 warmed = True
             _step(client, rng, report, acked)
         _sample(report, "end", supervisor_pid)
+        report.samples.append((time.monotonic() - started, report.rss["end"], report.fds["end"]))
     finally:
         stop.set()
         thread.join(timeout=10)
@@ -141,4 +171,4 @@ def _step(client: Client, rng: random.Random, report: SoakReport, acked: dict[st
             and "the desktop" in exc.message
         ):
             report.unanswered.append(command)
-        report.errors[exc.code.value] = report.errors.get(exc.code.value, 0) + 1
+        report.note_error(exc, command)
