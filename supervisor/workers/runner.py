@@ -584,6 +584,8 @@ class AppRunner:
         await self._discard(app)
         if app.status in (AppStatus.STOPPING, AppStatus.NOT_RUNNING):
             return  # closed while the worker was being discarded
+        if app.status is AppStatus.STARTING or app.is_live:
+            return  # an open brought it back while the worker was being discarded: its start
         if decision.failed:
             app.transition(AppStatus.FAILED)
             self.log(f"{app.name} failed ({app.last_exit}): {decision.reason}; open it to retry.")
