@@ -159,9 +159,16 @@ class FaultInjector:
             self._spawn(self._end_signal_loss(fid, spec, app, command, detail))
         elif kind is FaultType.SIGNAL_BURST:
             self._fault(fid, spec, app, command, detail)
-            for _ in range(detail["count"]):
+            sent = sum(
                 self.supervisor._publish("dom_mutation", ("dom_mutation",))
-            self._visible(fid, "signal", f"{detail['count']} signals in a burst")
+                for _ in range(detail["count"])
+            )
+            lost = (
+                f" ({detail['count'] - sent} lost to a signal_loss fault)"
+                if sent < detail["count"]
+                else ""
+            )
+            self._visible(fid, "signal", f"{sent} signals in a burst{lost}")
 
     async def _serving(self, app: AppRecord) -> None:
         """Wait (bounded) for ``app``'s worker: a fault aimed at it needs it running."""

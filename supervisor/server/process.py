@@ -279,14 +279,16 @@ class Supervisor:
         else:
             self.signal_wake.set()
 
-    def _publish(self, reason: str, reasons: tuple[str, ...]) -> None:
+    def _publish(self, reason: str, reasons: tuple[str, ...]) -> bool:
+        """Send one signal now; False when a chaos run's signal_loss fault dropped it."""
         if self.chaos is not None and not self.chaos.on_signal(reason, reasons):
-            return  # dropped by a chaos run's signal_loss fault
+            return False
         signal_message = Signal(
             self.config.desktop, time.time(), SignalReason(reason), list(map(SignalReason, reasons))
         )
         with contextlib.suppress(zmq.ZMQError):
             self.pub.send(codec.encode(signal_message), zmq.NOBLOCK)
+        return True
 
     async def _publish_trailing(self) -> None:
         while True:
