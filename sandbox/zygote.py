@@ -103,7 +103,7 @@ def _preload() -> None:
         importlib.import_module(name)
 
 
-__all__ = ["main", "set_parent_death_signal"]
+__all__ = ["kill_workers", "main", "serve", "set_parent_death_signal"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -209,14 +209,29 @@ def main(argv: list[str]) -> int:
     apps: dict[int, str] = {}  # worker pid → app id, to find its cgroups when it ends
 
     def orphaned(signum: int, frame: object) -> None:
-        for pid in list(apps):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        kill_workers(apps)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, orphaned)
     cgroups.sweep_cgroups()  # what a zygote killed with its desktop could not remove
-    return _serve(sock, wake_r, apps)
+    return serve(sock, wake_r, apps)
+
+
+def serve(sock: socket.socket, wake_r: int, apps: dict[int, str]) -> int:
+    """Serve until the supervisor's end closes, then kill what is left: nothing outlives it."""
+    try:
+        return _serve(sock, wake_r, apps)
+    finally:
+        # The end of the stream (the supervisor died, or stopped) is often seen before the
+        # SIGTERM above is handled; returning then would leave each worker's own children alive.
+        kill_workers(apps)
+
+
+def kill_workers(apps: dict[int, str]) -> None:
+    """SIGKILL every worker's process group: the worker and whatever it started."""
+    for pid in list(apps):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def _prepare_shared_state() -> None:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+from aotui.sandbox import zygote
 from aotui.supervisor.workers import zygote_start
 
 pytestmark = pytest.mark.timeout(60)
@@ -47,3 +53,36 @@ def test_a_dead_prestarted_zygote_is_dropped(log: int) -> None:
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=10)
     assert zygote_start.take_prestarted() is None  # the launcher then spawns a fresh one
+
+
+@pytest.mark.timeout(30)
+def test_the_zygote_kills_every_workers_group_when_the_supervisor_goes() -> None:
+    """EOF on the control socket (the supervisor died) kills each worker's children too.
+
+    Without it, a zygote that saw the EOF before its SIGTERM handler ran returned and left
+    whatever a worker had started running after the desktop was gone.
+    """
+    # A stand-in worker leading its own process group, with a child of its own.
+    worker = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert worker.stdout is not None
+    child = int(worker.stdout.readline())
+    ours, supervisors = socket.socketpair()
+    wake_r, wake_w = os.pipe()
+    try:
+        supervisors.close()  # the supervisor is gone
+        assert zygote.serve(ours, wake_r, {worker.pid: "app"}) == 0
+        assert worker.wait(timeout=10) == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(child) and psutil.Process(child).status() != "zombie":
+            assert time.monotonic() < deadline, "the worker's child outlived the supervisor"
+            time.sleep(0.01)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=10)
+        worker.stdout.close()
+        ours.close()
+        os.close(wake_r)
+        os.close(wake_w)
