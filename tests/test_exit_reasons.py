@@ -5,11 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from aotui.protocol import codec
 from aotui.protocol.messages import Reply
+from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.manifest import load_manifest
 from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.runner import AppRunner
 from aotui.supervisor.workers.watchdog import Limit
@@ -46,7 +49,8 @@ def test_a_kill_records_a_plain_string_the_codec_can_carry() -> None:
         [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
     )
     try:
-        app = types.SimpleNamespace(worker=types.SimpleNamespace(pid=child.pid), kill_reason="")
+        app = AppRecord("app_1", load_manifest(Path(__file__).parent / "apps" / "blinder"))
+        app.attach(types.SimpleNamespace(pid=child.pid))  # type: ignore[arg-type]
         AppRunner.kill(None, app, ExitReason.TIMEOUT)  # type: ignore[arg-type]
         assert child.wait(timeout=20) == -9
         assert type(app.kill_reason) is str

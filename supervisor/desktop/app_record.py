@@ -1,4 +1,9 @@
-"""One installed app as the desktop tracks it: its state machine, views, logs and worker."""
+"""One installed app as the desktop tracks it: its state machine, views, logs and worker.
+
+This module is the one owner of an app's record: every other module reads its fields and changes
+them only through its methods (``tests/test_app_record_owner.py`` holds the rest of the tree to
+that), so each change of an app's state is one named step, found in one place.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ from aotui.supervisor.manifest import Manifest
 from aotui.supervisor.workers.restart import RestartTracker
 
 if TYPE_CHECKING:
+    from aotui.supervisor.store.state import AppEntry
+    from aotui.supervisor.workers.exits import ExitReason
     from aotui.supervisor.workers.handle import WorkerHandle
 
 __all__ = ["TRANSITIONS", "AppRecord", "AppStatus"]
@@ -61,7 +68,10 @@ TRANSITIONS: dict[AppStatus, frozenset[AppStatus]] = {
 
 @dataclass
 class AppRecord:
-    """An installed app: identity, state, views, operation log and crash history."""
+    """An installed app: identity, state, views, operation log and crash history.
+
+    Its fields are read anywhere and written only by its methods (the module docstring says why).
+    """
 
     app_id: str
     manifest: Manifest
@@ -123,6 +133,65 @@ class AppRecord:
         """Return once the status is none of ``statuses``: woken by each change, never polled."""
         while self.status in statuses:
             await self._moved.wait()
+
+    # --- the changes other modules make, each one named ----------------------------------------
+
+    def restore(self, entry: AppEntry) -> None:
+        """Take back what a stored desktop kept of this app (ids, hidden views, data, history)."""
+        self.views.restore_ids(entry.view_ids)
+        self.views.hidden = set(entry.hidden)
+        self.saved_state = entry.data
+        self.restore_views = list(entry.mounted)
+        self.restarts, self.last_exit = entry.restarts, entry.last_exit
+        if entry.status == "failed" and not self.manifest.system:
+            self.status = AppStatus.FAILED  # stays failed, with its reason, until opened
+
+    def adopt_state(self, state: Any) -> None:
+        """Make ``state`` the app's acknowledged data (stored, or imported, already)."""
+        self.saved_state = state
+
+    def forget_state(self) -> None:
+        """Drop the saved data and the views to mount again (``open --fresh``)."""
+        self.saved_state = None
+        self.restore_views = []
+
+    def attach(self, worker: WorkerHandle) -> None:
+        """``worker`` now serves the app: its fragments start afresh, no kill is pending."""
+        self.worker = worker
+        self.views.reset_fragments()
+        self.kill_reason = ""
+
+    def detach(self) -> WorkerHandle | None:
+        """Forget the app's worker; returns it (to be closed) or ``None``."""
+        worker, self.worker = self.worker, None
+        return worker
+
+    def blame(self, reason: ExitReason, overrule: bool = False) -> None:
+        """Record why the supervisor is ending the worker; the first reason stands unless
+        ``overrule`` (the zygote died: no earlier reason explains the exit as well)."""
+        if overrule or not self.kill_reason:
+            self.kill_reason = reason.value  # plain data: stored and sent as is
+
+    def ended(self, how: str) -> None:
+        """Record how the last worker ended (``last_exit``)."""
+        self.last_exit = how
+
+    def start_failed(self, reason: str) -> None:
+        """A start failed for ``reason``: the app is failed until opened again."""
+        self.last_exit = reason
+        self.transition(AppStatus.FAILED)
+
+    def restarting(self, mounted: list[str]) -> None:
+        """A crashed worker is being replaced; ``mounted`` are the views to mount again."""
+        self.transition(AppStatus.RESTARTING)
+        self.restarts += 1
+        self.restore_views = mounted
+
+    def closed(self) -> None:
+        """The worker is gone for good: views start afresh, the data stays (opening restores it)."""
+        self.views = ViewTree()
+        self.restore_views = []
+        self.transition(AppStatus.NOT_RUNNING)
 
     def log_operation(self, text: str) -> None:
         """Add a line to the app's Operation Log."""

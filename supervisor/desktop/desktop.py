@@ -56,6 +56,7 @@ from aotui.supervisor.store.state import AppEntry, DesktopState
 from aotui.supervisor.store.store import DesktopStore
 from aotui.supervisor.workers.app_logs import last_output, log_size
 from aotui.supervisor.workers.exits import ExitReason
+from aotui.supervisor.workers.restart import RestartTracker
 from aotui.supervisor.workers.runner import AppRunner
 
 __all__ = ["Desktop"]
@@ -268,13 +269,7 @@ class Desktop:
                 self.log(f"Could not restore {entry.app}: {entry.app_dir} now holds {manifest.id}")
                 continue
             record = self._record(entry.app, manifest)
-            record.views.restore_ids(entry.view_ids)
-            record.views.hidden = set(entry.hidden)
-            record.saved_state = entry.data
-            record.restore_views = list(entry.mounted)
-            record.restarts, record.last_exit = entry.restarts, entry.last_exit
-            if entry.status == "failed" and not manifest.system:
-                record.status = AppStatus.FAILED  # stays failed, with its reason, until opened
+            record.restore(entry)
             self.apps.append(record)
             if entry.status in ("running", "collapsed") or manifest.system:
                 reopen.append((record, entry.status))
@@ -304,7 +299,7 @@ class Desktop:
     async def _commit(self, app: AppRecord, state: Any) -> None:
         """Make ``state`` the app's acknowledged state: stored first (``ack``), then adopted."""
         if self.store is None or self.config.durability == "batch":
-            app.saved_state = state
+            app.adopt_state(state)
             await self.persist(app)
             return
         entry = self._entry(app)
@@ -314,7 +309,7 @@ class Desktop:
         except StoreIOError as exc:
             self._store_failed(exc)
             raise
-        app.saved_state = state
+        app.adopt_state(state)
 
     async def _commit_parts(self, app: AppRecord, changes: dict[str, Any]) -> None:
         """Like :meth:`_commit` for keyed data: only the changed parts are written, then adopted."""
@@ -333,7 +328,7 @@ class Desktop:
         for part, value in changes.items():
             if value is None:
                 del state[part]
-        app.saved_state = state
+        app.adopt_state(state)
         self.data_budget.adopted(app.app_id, state)
         if self.store is not None and self.config.durability == "batch":
             await self.persist(app)
@@ -457,9 +452,13 @@ class Desktop:
 
     def _record(self, app_id: str, manifest: Manifest) -> AppRecord:
         """A new record for an installed or restored app, with its restart policy."""
-        record = AppRecord(app_id, manifest, self.config.log_entries, on_transition=self._moved)
-        record.restart_tracker.policy = self.config.restart_policy(manifest.restart)
-        return record
+        return AppRecord(
+            app_id,
+            manifest,
+            self.config.log_entries,
+            restart_tracker=RestartTracker(self.config.restart_policy(manifest.restart)),
+            on_transition=self._moved,
+        )
 
     async def uninstall(self, ref: str) -> AppRecord:
         """Stop and remove an app; its ``app_N`` is never reused."""

@@ -192,7 +192,7 @@ class StateTransfer:
             for app in live:
                 await desktop.runner.close(app)
             for app, data in chosen:
-                app.saved_state = data
+                app.adopt_state(data)
             await desktop.persist(*(app for app, _ in chosen))  # one write: all or none
             for app in live:
                 await desktop.open_app(app)

@@ -49,7 +49,6 @@ from aotui.supervisor.broker.http import (
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
 from aotui.supervisor.desktop.system_log import said_by
-from aotui.supervisor.desktop.view_tree import ViewTree
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, unix_address
 from aotui.supervisor.server.stall import LoopClock
 from aotui.supervisor.workers.app_logs import OUTPUT_BYTES_PER_S, AppLog
@@ -264,8 +263,7 @@ class AppRunner:
         if app.status is AppStatus.FAILED:
             app.restart_tracker.reset()
         if fresh:
-            app.saved_state = None
-            app.restore_views = []
+            app.forget_state()
             self.log(f"{app.name} starts without its saved state (open --fresh).", app.app_id)
         app.transition(AppStatus.STARTING)
         # The channel: a listening socket only this worker holds (ZeroMQ binds on it with
@@ -306,9 +304,7 @@ class AppRunner:
                 on_fault=self._fault,
             )
             handle.start()
-            app.worker = handle
-            app.views.reset_fragments()
-            app.kill_reason = ""
+            app.attach(handle)
             timeout = self.config.start_timeout_ms / 1000
             policy = self.policy(app)  # its app_dir may be a copy the per-app uid can read
             handle.pid = await self.launcher.launch(
@@ -377,8 +373,7 @@ class AppRunner:
         # The status may have moved while we waited (a close, an uninstall): then it stays.
         if app.status is not AppStatus.STARTING:
             return AotuiError(code, message, {"app": app.app_id})
-        app.last_exit = reason
-        app.transition(AppStatus.FAILED)
+        app.start_failed(reason)
         way_back = f"open it to retry: <context>open --application {app.app_id}</context>"
         if app.saved_state is not None:
             way_back += (
@@ -411,9 +406,7 @@ class AppRunner:
         if app.status is AppStatus.RESTARTING:
             # Between a crash and its restart: _ended sees the new status and gives up.
             await self._discard(app)
-            app.views = ViewTree()
-            app.restore_views = []
-            app.transition(AppStatus.NOT_RUNNING)
+            app.closed()
             self.log(f"{app.name} closed (its restart was called off).")
             return
         if not app.is_live:
@@ -429,9 +422,7 @@ class AppRunner:
         await self._discard(app)
         # The app's data outlives its worker: opening it again restores the last acknowledged
         # state; only its views start afresh.
-        app.views = ViewTree()
-        app.restore_views = []
-        app.transition(AppStatus.NOT_RUNNING)
+        app.closed()
         self.log(f"{app.name} closed.")
 
     def kill(self, app: AppRecord, reason: ExitReason) -> None:
@@ -439,11 +430,11 @@ class AppRunner:
         worker = app.worker
         if worker is None or worker.pid is None:
             return
-        app.kill_reason = app.kill_reason or reason.value  # plain data: stored and sent as is
+        app.blame(reason)
         _kill_group(worker.pid)
 
     async def _discard(self, app: AppRecord) -> None:
-        worker, app.worker = app.worker, None
+        worker = app.detach()
         if worker is None:
             self._release(app)
             return
@@ -548,7 +539,7 @@ class AppRunner:
         self.watchdog.forget(exited.pid)
         if app is None:
             return
-        app.last_exit = (
+        app.ended(
             app.kill_reason or exited.reason or describe_exit(exited.exit_code, exited.signal)
         )
         if exited.reason and not app.kill_reason:
@@ -595,10 +586,8 @@ class AppRunner:
             app.transition(AppStatus.NOT_RUNNING)
             self.log(f"{app.name} ended ({app.last_exit}); {decision.reason}.")
             return
-        app.transition(AppStatus.RESTARTING)
-        app.restarts += 1
+        app.restarting(mounted)
         self.log(f"{app.name} crashed ({app.last_exit}); restarting.", app.app_id)
-        app.restore_views = mounted
         if decision.delay_s:
             await asyncio.sleep(decision.delay_s)
         if app.status is not AppStatus.RESTARTING:
@@ -622,7 +611,7 @@ class AppRunner:
         for app in list(self.apps()):
             worker = app.worker
             if worker is not None and worker.pid is not None and worker.pid in pids:
-                app.kill_reason = ExitReason.LAUNCHER_EXITED.value
+                app.blame(ExitReason.LAUNCHER_EXITED, overrule=True)
                 self._exited(Exited(worker.pid, None, signal.SIGKILL))
         task = asyncio.get_running_loop().create_task(self._revive_zygote(delay))
         self._tasks = [*(t for t in self._tasks if not t.done()), task]
