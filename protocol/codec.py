@@ -52,7 +52,7 @@ import msgpack
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.frame_guard import FrameRefused, claims_fit, scan
-from aotui.protocol.messages import MESSAGE_TYPES, Message
+from aotui.protocol.messages import Message, message_type
 
 __all__ = ["MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Codec", "decode", "encode"]
 
@@ -69,7 +69,6 @@ _Convert = Callable[[Any, int], Any]
 _Node = tuple[_Convert, bool]
 
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
-_MESSAGE_CLASSES = frozenset(MESSAGE_TYPES.values())
 _STR = frozenset({str})
 
 
@@ -244,12 +243,14 @@ class Codec:
     def encode(self, message: Message) -> bytes:
         """The frame for ``message``; ``E_INTERNAL`` if it holds what the wire cannot carry."""
         with _ENCODING:
-            encode_fields = self._encoders.get(type(message))
+            cls = type(message)
+            encode_fields = self._encoders.get(cls)
             if encode_fields is None:
-                if type(message) not in _MESSAGE_CLASSES:
-                    raise _Refused("unknown_kind", f"{type(message).__name__} is not a message")
-                encode_fields = self._record(type(message), decoding=False)
-                self._encoders[type(message)] = encode_fields
+                kind = getattr(cls, "KIND", None)
+                if type(kind) is not str or message_type(kind) is not cls:
+                    raise _Refused("unknown_kind", f"{cls.__name__} is not a message")
+                encode_fields = self._record(cls, decoding=False)
+                self._encoders[cls] = encode_fields
             try:
                 fields = encode_fields(message, 2)
             except _Refused as refused:
@@ -298,9 +299,10 @@ class Codec:
                 raise _Refused("version_mismatch", detail)
             decode_fields = self._decoders.get(kind) if type(kind) is str else None
             if decode_fields is None:
-                if type(kind) is not str or kind not in MESSAGE_TYPES:
+                cls = message_type(kind) if type(kind) is str else None
+                if cls is None:
                     raise _Refused("unknown_kind", f"unknown message kind {kind!r:.40}")
-                decode_fields = self._record(MESSAGE_TYPES[kind], decoding=True)
+                decode_fields = self._record(cls, decoding=True)
                 self._decoders[kind] = decode_fields
             try:
                 message: Message = decode_fields(fields, 2)

@@ -35,6 +35,8 @@ HEAVY = {
     "aotui.supervisor.config": "aotui up",
     "aotui.supervisor.server": "the supervisor process",
     "aotui.sandbox": "the workers",
+    # 22 frozen dataclasses defined at import were a third of a command's start-up.
+    "aotui.protocol.worker_messages": "the supervisor's workers and zygote (their messages)",
 }
 
 # Runs each argv through main() in one interpreter, then writes its sys.modules to argv[2].
@@ -206,3 +208,61 @@ def test_package_exports_load_on_first_use() -> None:
     assert seen["cached"]
     assert seen["dir"]
     assert seen["missing"] == "module 'aotui.sandbox' has no attribute 'no_such_name'"
+
+
+REGISTRY_PROBE = """\
+import json, sys
+from aotui.protocol.codec import Codec
+from aotui.protocol.messages import Request, message_type
+codec = Codec()
+loaded = lambda: "aotui.protocol.worker_messages" in sys.modules
+seen = {"at_start": loaded()}
+codec.decode(codec.encode(Request(1, "status", {})))
+seen["after_a_client_kind"] = loaded()
+seen["unknown"] = repr(message_type("no_such_kind"))
+seen["after_an_unknown_kind"] = loaded()
+# A frame of an inner kind, as a worker sends it: the codec loads its class to decode it.
+import msgpack
+pong = codec.decode(msgpack.packb([1, "pong", {"seq": 7}]))
+seen["decoded"] = [type(pong).__module__, type(pong).__name__, pong.seq]
+print(json.dumps(seen))
+"""
+
+
+def test_the_inner_message_kinds_load_on_first_use() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", REGISTRY_PROBE],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=45,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    seen = json.loads(finished.stdout)
+    assert seen["at_start"] is False
+    assert seen["after_a_client_kind"] is False
+    assert seen["unknown"] == "None"
+    assert seen["after_an_unknown_kind"] is True  # a peer's bad kind is looked up once, in full
+    assert seen["decoded"] == ["aotui.protocol.worker_messages", "Pong", 7]
+
+
+def test_the_registry_names_every_kind_once() -> None:
+    from aotui.protocol import messages, worker_messages
+    from aotui.protocol.messages import MESSAGE_TYPES, Message, message_type
+
+    for kind, cls in MESSAGE_TYPES.items():
+        assert kind == cls.KIND
+        assert message_type(kind) is cls
+    # Every message class either module defines is registered, under the tag it writes.
+    defined = {
+        value
+        for module in (messages, worker_messages)
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, Message) and value is not Message
+    }
+    assert defined == set(MESSAGE_TYPES.values())
+    # The lazy names are the inner module's own objects, under the old import path.
+    for name in worker_messages.__all__:
+        assert getattr(messages, name) is getattr(worker_messages, name)
+    assert set(worker_messages.__all__) <= set(messages.__all__)
