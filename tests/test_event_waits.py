@@ -136,10 +136,21 @@ def test_close_waits_for_a_start_and_times_out_naming_the_status(runner: AppRunn
     asyncio.run(scenario())
 
 
+class _Exits(list[Exited]):
+    """The exits a launcher reported (its ``LauncherEvents``)."""
+
+    def worker_exited(self, exited: Exited) -> None:
+        self.append(exited)
+
+    def zygote_died(self, pids: set[int], how: str) -> None:
+        raise AssertionError(f"the zygote died ({how})")
+
+
 def test_a_wait_for_a_worker_exit_wakes_at_its_exit_report() -> None:
     async def scenario() -> None:
-        exits: list[Exited] = []
-        launcher = ZygoteLauncher(exits.append)
+        exits = _Exits()
+        launcher = ZygoteLauncher()
+        launcher.listen(exits)
         launcher.pids |= {101, 102}
         await launcher.wait_gone({103})  # not a live worker: returns at once
         task = await _waiting(launcher.wait_gone({101, 102}))

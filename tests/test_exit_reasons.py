@@ -14,7 +14,7 @@ from aotui.protocol.messages import Reply
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.manifest import load_manifest
 from aotui.supervisor.workers.exits import ExitReason
-from aotui.supervisor.workers.runner import AppRunner
+from aotui.supervisor.workers.kill import kill_worker
 from aotui.supervisor.workers.watchdog import Limit
 
 pytestmark = pytest.mark.timeout(30)
@@ -51,7 +51,7 @@ def test_a_kill_records_a_plain_string_the_codec_can_carry() -> None:
     try:
         app = AppRecord("app_1", load_manifest(Path(__file__).parent / "apps" / "blinder"))
         app.attach(types.SimpleNamespace(pid=child.pid))  # type: ignore[arg-type]
-        AppRunner.kill(None, app, ExitReason.TIMEOUT)  # type: ignore[arg-type]
+        kill_worker(app, ExitReason.TIMEOUT)
         assert child.wait(timeout=20) == -9
         assert type(app.kill_reason) is str
         assert app.kill_reason == "timeout"

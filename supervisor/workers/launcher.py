@@ -6,8 +6,8 @@ descriptor of ours but its end of a socketpair) from the supervisor's main threa
 
 The zygote is a supervised child: its end of the socketpair reads EOF the moment it dies, and its
 workers die with it (their ``PR_SET_PDEATHSIG``). The launcher then reaps it, makes sure those
-workers are gone, and tells ``on_gone`` which pids died; :meth:`ZygoteLauncher.start` starts a new
-one, and a launch asked for meanwhile waits for it.
+workers are gone, and tells its :class:`LauncherEvents` which pids died;
+:meth:`ZygoteLauncher.start` starts a new one, and a launch asked for meanwhile waits for it.
 """
 
 from __future__ import annotations
@@ -19,30 +19,34 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Collection
-from typing import IO
+from collections.abc import Collection
+from typing import IO, Protocol
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Exited, Launch, Launched, Message, WorkerPolicy
 from aotui.protocol.stream import FrameReader, write_frame
 from aotui.supervisor.workers.zygote_start import spawn, take_prestarted
 
-__all__ = ["ZygoteLauncher"]
+__all__ = ["LauncherEvents", "ZygoteLauncher"]
+
+
+class LauncherEvents(Protocol):
+    """What the launcher reports: a worker's end, and the zygote's own."""
+
+    def worker_exited(self, exited: Exited) -> None:
+        """The zygote reaped a worker (its exit code or signal, or a cgroup limit)."""
+
+    def zygote_died(self, pids: set[int], how: str) -> None:
+        """The zygote ended (``how``), and the workers ``pids`` with it."""
 
 
 class ZygoteLauncher:
     """Owns the zygote process and the launch conversation with it."""
 
-    def __init__(
-        self,
-        on_exit: Callable[[Exited], None],
-        log: IO[bytes] | int | None = None,
-        on_gone: Callable[[set[int], str], None] | None = None,
-    ):
-        self.on_exit = on_exit
+    def __init__(self, log: IO[bytes] | int | None = None) -> None:
         self.log = log
-        #: Told the pids of the workers that died with the zygote, and how the zygote ended.
-        self.on_gone = on_gone
+        #: Told of each worker's exit and of the zygote's death (see :meth:`listen`).
+        self.events: LauncherEvents | None = None
         self._ready: asyncio.Event | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
@@ -52,6 +56,10 @@ class ZygoteLauncher:
         self.pids: set[int] = set()
         #: Set when a worker leaves ``pids``, then replaced: what :meth:`wait_gone` awaits.
         self._gone = asyncio.Event()
+
+    def listen(self, events: LauncherEvents) -> None:
+        """Report exits and the zygote's death to ``events`` from now on."""
+        self.events = events
 
     def start(self) -> None:
         """Start the zygote (call from the main thread, inside the running loop)."""
@@ -97,7 +105,8 @@ class ZygoteLauncher:
         elif isinstance(message, Exited):
             self.pids.discard(message.pid)
             self._wake_gone()
-            self.on_exit(message)
+            if self.events is not None:
+                self.events.worker_exited(message)
 
     def _zygote_gone(self) -> None:
         self.ready.clear()
@@ -126,8 +135,8 @@ class ZygoteLauncher:
         self.kill_workers()
         self.pids.clear()
         self._wake_gone()
-        if self.on_gone is not None:
-            self.on_gone(dead, how)
+        if self.events is not None:
+            self.events.zygote_died(dead, how)
 
     async def launch(
         self,
@@ -190,7 +199,7 @@ class ZygoteLauncher:
 
     def stop(self) -> None:
         """Kill the workers and the zygote, and wait for the zygote."""
-        self.on_gone = None
+        self.events = None  # what ends now was asked to
         self.kill_workers()
         if self.sock is not None:
             with contextlib.suppress(RuntimeError):
