@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from lxml.etree import _Element as Element
+from lxml.etree import tostring
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import OperationSpec
@@ -40,6 +41,7 @@ from aotui.sandbox.flow import (
     link_label,
 )
 from aotui.sandbox.flow import take_label as _take_label
+from aotui.sandbox.item_cache import CachedItem, ItemCache
 from aotui.sandbox.markdown import MarkdownRenderer
 from aotui.sandbox.marks import (
     entity_spec,
@@ -53,7 +55,7 @@ from aotui.sandbox.marks import (
 )
 from aotui.sandbox.parsing import no_root, parse_document
 
-__all__ = ["VALUE_DROPPED", "RenderedView", "ViewLink", "render_view"]
+__all__ = ["VALUE_DROPPED", "ItemCache", "RenderedView", "ViewLink", "render_view"]
 
 #: Starts the line shown under an item (or after an entity) whose ``data-value`` broke a rule.
 VALUE_DROPPED = "⚠ Value dropped:"
@@ -103,17 +105,31 @@ class RenderedView:
     modal: bool = False
 
 
-def render_view(html: str | bytes) -> RenderedView:
-    """Render one view document; any fault in it raises ``AotuiError(E_APP_ERROR)``."""
-    doc, controls = parse_document(html)
+def render_view(html: str | bytes, cache: ItemCache | None = None) -> RenderedView:
+    """Render one view document; any fault in it raises ``AotuiError(E_APP_ERROR)``.
+
+    ``cache`` (one per view, kept between its renders) lets an item of a semantic list whose
+    markup is unchanged since the last render reuse its rendered Markdown: the output is the same,
+    the work is a lookup.
+    """
     try:
-        return _ViewRenderer().render(doc, controls)
+        doc, controls = parse_document(html)
+        rendered = _ViewRenderer(cache).render(doc, controls)
     except AotuiError:
+        if cache is not None:
+            cache.abandon()
         raise
     except RecursionError:
+        if cache is not None:
+            cache.abandon()
         raise fault("the view is nested too deeply to render; flatten its markup") from None
     except Exception as exc:  # a bug here must still reach the caller as our error type
+        if cache is not None:
+            cache.abandon()
         raise AotuiError(ErrorCode.E_INTERNAL, f"the view renderer failed: {exc!r}") from exc
+    if cache is not None:
+        cache.finish()
+    return rendered
 
 
 class _ViewRenderer(MarkdownRenderer):
@@ -121,8 +137,9 @@ class _ViewRenderer(MarkdownRenderer):
 
     marks = frozenset(_MARK_ORDER)
 
-    def __init__(self) -> None:
+    def __init__(self, cache: ItemCache | None = None) -> None:
         super().__init__()
+        self.cache = cache
         self.root: Element | None = None
         self.refs: dict[str, Any] = {}
         self.keys: dict[str, str] = {}
@@ -242,6 +259,13 @@ class _ViewRenderer(MarkdownRenderer):
         self, el: Element, marker: str, target: str | None, fallback: str, note: str | None = None
     ) -> list[str]:
         """An item whose label is a link: to ``target``, or to the view link the item carries."""
+        label, rest, subs, target = self._link_parts(el, target, fallback, note)
+        return item_lines(marker, [f"[{label}]({target})"], rest, subs)
+
+    def _link_parts(
+        self, el: Element, target: str | None, fallback: str, note: str | None
+    ) -> tuple[str, list[Block], list[str], str]:
+        """A link item's escaped label, nested blocks, sub-bullets and target."""
         subs: list[str] = []
         slot = -1
         key = description = ""
@@ -268,7 +292,7 @@ class _ViewRenderer(MarkdownRenderer):
             self.links[slot] = ViewLink(
                 key, escape_structural(text), escape_structural(description)
             )
-        return item_lines(marker, [f"[{link_label(text)}]({target})"], rest, subs)
+        return link_label(text), rest, subs, target
 
     def _claim_id(self, ident: str, what: str) -> None:
         if ident in self.lists or ident in self.entities:
@@ -279,11 +303,14 @@ class _ViewRenderer(MarkdownRenderer):
 
     def _claim_link(self, el: Element) -> tuple[str, str, int]:
         key = link_key((el.get("view-link") or "").strip())
+        self._add_link_key(key)
+        self.links.append(None)
+        return key, collapse(el.get("description")), len(self.links) - 1
+
+    def _add_link_key(self, key: str) -> None:
         if key in self.link_keys:
             raise fault(f'view-link="{key}" appears twice in this view; link each child once')
         self.link_keys.add(key)
-        self.links.append(None)
-        return key, collapse(el.get("description")), len(self.links) - 1
 
     def _value(self, el: Element, ref: str, what: str) -> str | None:
         """Record the ``data-value`` of ``ref``; a faulty one degrades only this item or entity.
@@ -363,26 +390,65 @@ class _ViewRenderer(MarkdownRenderer):
                     index=index,
                 )
             seen[key] = index
-            note = self._value(child, ref, f"{ref} (key {key})")
             self.keys[ref] = key
             self.ref_types[ref] = item_type
             marker = f"{index + 1}. " if ordered else "- "
+            cache_key = None
+            if self.cache is not None:
+                cache_key = (self.heading, tostring(child, with_tail=False))
+                hit = self.cache.get(cache_key)
+                if hit is not None:
+                    lines.extend(self._replay(hit, marker, f"{item_type}:{ref}", ref))
+                    index += 1
+                    continue
+            note = self._value(child, ref, f"{ref} (key {key})")
             keys = child.keys()
             mark = self._which(child) if not self.marks.isdisjoint(keys) else None
-            if mark == "view-link":
-                lines.extend(self._link_item(child, marker, None, "", note))
-            elif mark is None:
-                lines.extend(self._link_item(child, marker, f"{item_type}:{ref}", key, note))
-            else:
+            if mark not in (None, "view-link"):
                 raise fault(
                     f'item {ref} of list {list_id} cannot also carry {mark}="{child.get(mark)}"; '
                     "put it on an element inside the item",
                     list=list_id,
                     index=index,
                 )
+            own = None if mark == "view-link" else f"{item_type}:{ref}"
+            before = self._claimed()
+            label, rest, subs, target = self._link_parts(child, own, key, note)
+            item = item_lines(marker, [f"[{label}]({target})"], rest, subs)
+            lines.extend(item)
+            after = self._claimed()
+            if cache_key is not None and note is None and after[:4] == before[:4]:
+                links = tuple(cast(list[ViewLink], self.links[before[4] :]))
+                shared = None if own is not None else target
+                # Only the first line holds the position: the marker and the item's ref.
+                cached = CachedItem(label, item[1:], self.refs[ref], links, shared)
+                cast(ItemCache, self.cache).put(cache_key, cached)
             index += 1
         if lines:
             flow.add(("list", 0, lines))
+
+    def _claimed(self) -> tuple[int, int, int, int, int]:
+        """How many refs, lists, entities, operations and links the view has claimed so far.
+
+        An item that claims anything but its own ref and view links is not cached: view links
+        are all a cached item claims again, which keeps their keys unique within the view.
+        """
+        return (
+            len(self.refs),
+            len(self.lists),
+            len(self.entities),
+            len(self.operations),
+            len(self.links),
+        )
+
+    def _replay(self, hit: CachedItem, marker: str, own: str, ref: str) -> list[str]:
+        """A cached item's lines at this position, claiming its view links again."""
+        for link in hit.links:
+            self._add_link_key(link.key)
+            self.links.append(link)
+        self.refs[ref] = hit.value
+        target = own if hit.target is None else hit.target
+        return [f"{marker}[{hit.label}]({target})", *hit.lines]
 
     def _operation(self, el: Element) -> None:
         op_id = operation_id((el.get("operation") or "").strip())

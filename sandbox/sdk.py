@@ -8,7 +8,8 @@ docstring and typed signature declare the operation once, and :meth:`View.button
 markup (:mod:`sandbox.operations`). After every operation, timer or callback the worker re-renders
 the mounted views whose :meth:`View.inputs` changed (all of them, for a view that does not say)
 and sends the supervisor only those that changed, so handlers just change state — there is
-nothing to "refresh". :meth:`App.state_inputs` does the same for the stored data.
+nothing to "refresh". :meth:`App.state_inputs` does the same for the stored data, and
+:meth:`View.cached` for one item of a list (its HTML reused while its inputs are the same).
 
 See ``docs/apps.md`` for a tutorial.
 """
@@ -91,6 +92,9 @@ class View(Generic[AppT]):
     def __init__(self, key: str) -> None:
         self.key = key
         self._app: AppT | None = None
+        # view.cached(): the blocks the last render used, and those this render has so far.
+        self._aotui_blocks: dict[Hashable, tuple[Hashable, Markup]] = {}
+        self._aotui_fresh: dict[Hashable, tuple[Hashable, Markup]] | None = None
 
     @property
     def app(self) -> AppT:
@@ -125,7 +129,34 @@ class View(Generic[AppT]):
             raise NotImplementedError(
                 f"{type(self).__name__} needs a template (or its own render())"
             )
-        return render_template(self.template, {**self.context(), "view": self, "app": self.app})
+        fresh: dict[Hashable, tuple[Hashable, Markup]] = {}
+        self._aotui_fresh = fresh
+        try:
+            html = render_template(self.template, {**self.context(), "view": self, "app": self.app})
+        finally:
+            self._aotui_fresh = None
+        # Keep what this render used: the blocks of items no longer shown are forgotten.
+        self._aotui_blocks = fresh
+        return html
+
+    def cached(self, key: Hashable, inputs: Hashable, caller: Callable[[], str]) -> Markup:
+        """``{% call view.cached(key, inputs) %}…{% endcall %}``: the block, rendered once.
+
+        The block's HTML is rendered again only when ``inputs`` differ (``!=``) from those it
+        had under ``key`` at the last render; otherwise the HTML from then is reused, and the
+        block's calls (``view.link`` registering a child) do not run again — what they registered
+        stays registered. Wrap each item of a long list, keyed by its id, with inputs that
+        change whenever what the item shows changes (``None``: render it every time).
+        """
+        fresh = self._aotui_fresh
+        found = fresh.get(key) if fresh is not None else None
+        if found is None:
+            found = self._aotui_blocks.get(key)
+        if found is None or inputs is None or found[0] != inputs:
+            found = (inputs, Markup(caller()))
+        if fresh is not None:
+            fresh[key] = found
+        return found[1]
 
     def item(self, key: str, value: Any = _ABSENT) -> Markup:
         """``key="…" data-value="…"`` for a list item: its stable key and what a ref to it gives."""

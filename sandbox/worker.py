@@ -60,7 +60,7 @@ from aotui.protocol.messages import (
 )
 from aotui.sandbox.confine import confine
 from aotui.sandbox.handles import reachable, real_names
-from aotui.sandbox.render import render_view
+from aotui.sandbox.render import ItemCache, render_view
 from aotui.sandbox.sdk import App, OperationCall, View
 
 __all__ = ["WorkerLoop", "run_worker"]
@@ -117,6 +117,8 @@ class WorkerLoop:
         self.sent: dict[str, ViewFragment] = {}
         #: ``View.inputs()`` of each mounted view at its last render (only views that give any).
         self.inputs: dict[str, Any] = {}
+        #: Each mounted view's rendered list items, reused while their markup is unchanged.
+        self.item_caches: dict[str, ItemCache] = {}
         #: ``App.state_inputs()`` at the last acknowledged operation; the data is sent again
         #: only when it differs (``_UNKNOWN`` after a start: the first operation sends it).
         self.acked_state: Any = _UNKNOWN
@@ -165,6 +167,7 @@ class WorkerLoop:
                     changed = True
         for victim in doomed:
             self.inputs.pop(victim, None)  # mounted again, it renders afresh
+            self.item_caches.pop(victim, None)
             gone = self.mounted.pop(victim, None)
             if gone is not None:
                 gone.on_dismount()
@@ -177,7 +180,10 @@ class WorkerLoop:
             name = old.name if old else key
             return ViewFragment(key, name, parent, False, "", {}, {}, {}, [], [])
         try:
-            rendered = render_view(view.render())
+            cache = self.item_caches.get(key)
+            if cache is None:
+                cache = self.item_caches[key] = ItemCache()
+            rendered = render_view(view.render(), cache)
         except Exception as exc:  # noqa: BLE001 - an app bug must not take the worker down
             message = exc.message if isinstance(exc, AotuiError) else f"{type(exc).__name__}: {exc}"
             old = self.sent.get(key)

@@ -35,6 +35,7 @@ def test_exports() -> None:
     import aotui.sandbox.render
 
     assert sorted(aotui.sandbox.render.__all__) == [
+        "ItemCache",
         "RenderedView",
         "VALUE_DROPPED",
         "ViewLink",

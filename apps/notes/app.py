@@ -53,12 +53,16 @@ class NotesView(View["NotesApp"]):
 {% endif %}
 {% if notes %}
   <ul list="note[]:{{ list_id }}" title="{{ "Notes" if page == 1 else "Older Notes" }}">
-  {%- for note, preview in notes -%}
+  {%- for note in notes -%}
+  {#- An add or edit renders one item: the others are reused while what they show is the same. -#}
+  {%- call view.cached(note["id"], (note["title"], note["text"], note["updated"])) -%}
+    {%- set preview = preview_of(note["text"]) -%}
     <li {{ view.item(note["id"], {"id": note["id"], "title": note["title"], "preview": preview}) }}>
     {{- note["title"] }}<ul><li>Preview: {{ preview or "(empty)" }}</li>
     <li>Updated: {{ note["updated"] }}</li></ul>
     {{- view.link("note:" ~ note["id"], note["title"], "The full note, to read, edit or delete") -}}
     </li>
+  {%- endcall -%}
   {%- endfor -%}
   </ul>
 {% else %}
@@ -82,9 +86,9 @@ class NotesView(View["NotesApp"]):
         ids = self.app.order
         end = max(0, len(ids) - (self.page - 1) * PAGE)
         start = max(0, end - PAGE)
-        shown = [self.app.notes[note_id] for note_id in ids[start:end]]
         return {
-            "notes": [(note, _preview(note["text"])) for note in shown],
+            "notes": [self.app.notes[note_id] for note_id in ids[start:end]],
+            "preview_of": _preview,
             "page": self.page,
             "list_id": "notes" if self.page == 1 else f"notes_page_{self.page}",
             "older": start,
@@ -129,8 +133,10 @@ class NoteView(View["NotesApp"]):
         super().__init__(key)
         self.note_id = note_id
 
-    def inputs(self) -> int:
-        return self.app.version
+    def inputs(self) -> tuple[str, ...]:
+        # This note's fields, not the app's version: another note's change leaves it as it was.
+        note = self.app.notes.get(self.note_id)
+        return ("deleted",) if note is None else (note["title"], note["text"], note["updated"])
 
     def context(self) -> Mapping[str, Any]:
         return {"note": self.app.notes.get(self.note_id)}
