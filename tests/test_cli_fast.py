@@ -8,14 +8,17 @@ load. Each check runs the commands in a fresh interpreter and reads its ``sys.mo
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from aotui.supervisor.interface.cli import COMMANDS, build_parser
 from tests.conftest import RunningDesktop
 
 Start = Callable[..., RunningDesktop]
@@ -266,3 +269,64 @@ def test_the_registry_names_every_kind_once() -> None:
     for name in worker_messages.__all__:
         assert getattr(messages, name) is getattr(worker_messages, name)
     assert set(worker_messages.__all__) <= set(messages.__all__)
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The command parsers ``parser`` built, by command."""
+    (commands,) = (
+        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+    )
+    return dict(commands.choices)
+
+
+def test_a_named_command_builds_its_own_parser_only() -> None:
+    everything = subparsers(build_parser())
+    assert set(everything) == set(COMMANDS)
+    for name, full in everything.items():
+        alone = subparsers(build_parser(name))
+        assert list(alone) == [name]
+        # The same arguments, defaults and help: the one parser is the full one's twin.
+        assert alone[name].format_help() == full.format_help()
+        assert described(alone[name]) == described(full)
+
+
+def described(parser: argparse.ArgumentParser) -> list[tuple[Any, ...]]:
+    """What each argument of ``parser`` is: its names, default, count, choices, type."""
+    return [
+        (
+            action.dest,
+            action.option_strings,
+            action.default,
+            action.nargs,
+            action.choices,
+            action.type,
+        )
+        for action in parser._actions
+    ]
+
+
+def test_the_first_word_chooses_what_is_built(tmp_path: Path) -> None:
+    where = ["--socket", str(tmp_path / "run")]
+    # Usage errors read as they did: an unknown option is the top parser's to report...
+    wrong_option = run_usage(["status", "--no-such-option", *where])
+    assert wrong_option == (64, "aotui: error: unrecognized arguments: --no-such-option")
+    missing = run_usage(["say", *where])
+    assert missing == (64, "aotui say: error: the following arguments are required: text")
+    # ... and an unknown command lists every command, all built for it.
+    code, message = run_usage(["no-such-command", *where])
+    assert code == 64
+    assert message.startswith("aotui: error: argument COMMAND: invalid choice: 'no-such-command'")
+    assert all(repr(name) in message for name in COMMANDS)
+
+
+def run_usage(argv: list[str]) -> tuple[int, str]:
+    """The exit code and last stderr line of ``aotui argv`` in a fresh interpreter."""
+    finished = subprocess.run(
+        [sys.executable, "-m", "aotui.supervisor", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=45,
+        check=False,
+    )
+    return finished.returncode, finished.stderr.strip().splitlines()[-1]
