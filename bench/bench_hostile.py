@@ -4,10 +4,12 @@ For each attack a fresh desktop runs the ``echo`` app (the victim, ``app_0``) an
 test app (``app_1``: ``blinder``, ``forger`` or ``flooder``). The victim's execute (``bump``, a
 durable commit) and snapshot latencies are measured quiet, then while the attack runs; a sampler
 thread records the supervisor's peak RSS and its CPU share (quiet and under attack: both include
-the load of the measurement itself, a bump and a snapshot every 20 ms). An attack is contained
-when every snapshot answered, the attacker is named in System Logs, the victim's p99 stays within
-3× its quiet p99 (or under 20 ms: a 2 ms p99 tripled is below scheduler noise; the table shows the
-strict ratio too) and the supervisor's RSS within its quiet RSS + 64 MB.
+the load of the measurement itself, a bump and a snapshot every 20 ms). The quiet window is as long
+as the attack's; the notes give the machine's load average before and after (other work on the
+machine moves a p99 of ~200 samples more than most attacks do). An attack is contained when every
+snapshot answered, the attacker is named in System Logs, the victim's p99 stays within 3× its
+quiet p99 (or under 20 ms: a 2 ms p99 tripled is below scheduler noise; the table shows the strict
+ratio too) and the supervisor's RSS within its quiet RSS + 64 MB.
 
 Run: ``python -m bench.bench_hostile`` (or ``python -m bench``).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import os
 import re
 import sys
 import threading
@@ -203,6 +206,18 @@ ATTACKS = [
     Attack("D1 stdout flood", "flooder", _attack("stdout", seconds=8), "Flooder prints more"),
     Attack("D2 log chatter 10/s", "flooder", _attack("log", seconds=8), "Flooder: chatter"),
     Attack(
+        "D2b log flood 4,000/s",
+        "flooder",
+        _attack("log", "400", seconds=8),
+        "log line(s) dropped (over 10/s)",
+    ),
+    Attack(
+        "D2c raw 2 MB log lines",
+        "flooder",
+        _attack("biglog", "2000000", seconds=8),
+        "Flooder: chatter chatter",
+    ),
+    Attack(
         "D3 7 slow HTTP calls",
         "flooder",
         _slow_http,
@@ -285,8 +300,11 @@ def run_attack(attack: Attack) -> Row:
         failed = [0]
         _measure(client, 1.0, failed)  # warm up
         rss_quiet = supervisor.memory_info().rss
+        load = os.getloadavg()[0]
         with Sampler(desktop.process.pid) as quiet:
-            quiet_exec, quiet_snap = _measure(client, 3.0, failed)
+            # As long as the attack's window: both p99s are the same order statistic (with ~150
+            # samples, the second worst), not a larger sample's extreme against a smaller one's.
+            quiet_exec, quiet_snap = _measure(client, attack.seconds, failed)
         with Sampler(desktop.process.pid) as sampler:
             attack.start(client, context)
             loud_exec, loud_snap = _measure(client, attack.seconds, failed)
@@ -296,7 +314,7 @@ def run_attack(attack: Attack) -> Row:
         text = client.snapshot()
         logs = text[text.index('<view id="view_2" name="System Logs">') :]
         logs = logs[: logs.index("</view>")]
-        notes = []
+        notes = [f"load {load:.1f}→{os.getloadavg()[0]:.1f}"]
         checked = attack.check is None or attack.check(text)
         if attack.check is not None:
             notes.append("structure intact" if checked else "FORGED")

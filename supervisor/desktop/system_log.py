@@ -5,7 +5,13 @@ report out within seconds. Here each entry has an owner — ``None`` for the des
 an ``app_N`` for the supervisor's reports about that app, ``app_N:said`` for what the app itself
 logged — and no app owner keeps more than :attr:`SystemLog.share`; when the log is full, the
 oldest entry of the owner holding the most entries goes. A noisy app thus only ever evicts its
-own lines, and what it said never evicts what the supervisor reported about it.
+own lines, and what it said never evicts what the supervisor reported about it. The report that an
+app's lines were dropped (over its rate) has an owner of its own, ``app_N:dropped``, holding one
+entry: the newest report replaces the last, so the flood it reports on cannot push it out.
+
+An entry is made safe once, when it is added: cut to :data:`RAW_CHARS` and passed through the
+snapshot's log sanitizer, so what a pull renders is bounded whatever a worker sent (a raw log frame
+may be megabytes long; sanitized again on every pull, ten of them made each snapshot take a second).
 """
 
 from __future__ import annotations
@@ -14,12 +20,30 @@ import itertools
 from collections import deque
 from collections.abc import Iterator
 
-__all__ = ["SystemLog", "said_by"]
+from aotui.supervisor.desktop.snapshot import log_text
+
+__all__ = ["RAW_CHARS", "SystemLog", "dropped_by", "said_by"]
+
+#: Characters of an entry's text that are sanitized and kept (System Logs show at most 500).
+RAW_CHARS = 2000
+_DROPPED = ":dropped"
 
 
 def said_by(app_id: str) -> str:
     """The owner of the lines an app logged itself (as opposed to reports about it)."""
     return f"{app_id}:said"
+
+
+def dropped_by(app_id: str) -> str:
+    """The owner of the report that an app's lines were dropped (one entry, the newest)."""
+    return f"{app_id}{_DROPPED}"
+
+
+def _entry_text(text: str) -> str:
+    """``text`` as System Logs show it, at a cost bounded by :data:`RAW_CHARS`."""
+    if len(text) > RAW_CHARS:
+        text = text[:RAW_CHARS] + "…"
+    return log_text(text)
 
 
 class SystemLog:
@@ -36,9 +60,10 @@ class SystemLog:
     def add(self, timestamp: float, text: str, owner: str | None = None) -> None:
         """Append an entry for ``owner``, evicting by share and then by size."""
         lines = self._owners.setdefault(owner, deque())
-        lines.append((next(self._seq), timestamp, text))
+        lines.append((next(self._seq), timestamp, _entry_text(text)))
         self._size += 1
-        if owner is not None and len(lines) > self.share:
+        share = 1 if owner is not None and owner.endswith(_DROPPED) else self.share
+        if owner is not None and len(lines) > share:
             lines.popleft()
             self._size -= 1
         while self._size > self.capacity:

@@ -13,7 +13,9 @@ Output costs the supervisor a bounded amount, charged to the app: a token bucket
 and counted, and the pipe is not read again for a second — so a flooding app blocks in its own
 ``write`` (its time, not the supervisor's), and a line in the log says how many bytes were
 dropped. Lines are stamped with one ``bytes.replace``, so a flood of empty lines costs no more
-than any other bytes.
+than any other bytes. A traceback the worker reports on its channel is written here too
+(:meth:`AppLog.note`), charged to the same budget and rotated with the rest: the channel's frames
+are up to 4 MiB, and a file opened and appended per line was neither.
 """
 
 from __future__ import annotations
@@ -83,10 +85,29 @@ class AppLog:
             os.close(self.write_fd)
         self.write_fd = -1
 
-    def _readable(self) -> None:
+    def _refill(self) -> None:
         now = self._loop.time()
         self._tokens = min(self.burst_bytes, self._tokens + (now - self._stamp) * self.rate_bytes)
         self._stamp = now
+
+    def note(self, text: str) -> bool:
+        """Append ``text`` (a traceback the worker reported) as whole lines, charged to the same
+        budget as the app's output: a note past it is dropped, counted, and said so later.
+        ``False`` when this log is closed (the note is not taken)."""
+        if self.read_fd < 0:
+            return False
+        data = text.rstrip("\n").encode(errors="replace") + b"\n"
+        self._refill()
+        if len(data) > self._tokens:
+            self._over(len(data))
+            return True
+        self._tokens -= len(data)
+        self._write(b"\n" if self._partial else b"")  # not inside a line the app is printing
+        self._write(data)
+        return True
+
+    def _readable(self) -> None:
+        self._refill()
         try:
             data = os.read(self.read_fd, 65536)
         except BlockingIOError:

@@ -15,7 +15,7 @@ from typing import Protocol
 from aotui.protocol.errors import AotuiError
 from aotui.protocol.messages import FragmentUpdate, HttpCall, LogRecord, Message, SignalReason
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
-from aotui.supervisor.desktop.system_log import said_by
+from aotui.supervisor.desktop.system_log import dropped_by, said_by
 from aotui.supervisor.paths import app_log_dir
 from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.handle import LOG_LINES_PER_S, WorkerHandle, describe_fault
@@ -26,6 +26,8 @@ from aotui.supervisor.workers.kill import kill_worker
 __all__ = ["ChannelEvents", "WorkerEvents", "brief_traceback"]
 
 _TRACEBACK = "Traceback (most recent call last)"
+#: Characters of a log line read at all (the SDK sends at most 2,000; a frame holds 4 MiB).
+_LOG_CHARS = 1 << 16
 
 
 class WorkerEvents(Protocol):
@@ -70,17 +72,19 @@ class ChannelEvents:
         if dropped:
             self.host.log(
                 f"{app.name}: {dropped} log line(s) dropped (over {LOG_LINES_PER_S}/s)",
-                said_by(app.app_id),
+                dropped_by(app.app_id),  # one entry: the flood it reports cannot evict it
             )
         if admitted:
-            text = record.message
+            text = record.message[:_LOG_CHARS]
             if _TRACEBACK in text:  # the exception line first: a long trace is cut at the end
-                self._keep_traceback(app, text)
+                self._keep_traceback(app, worker, text)
                 text = brief_traceback(text, app.app_id, str(app.manifest.app_dir))
             self.host.log(f"{app.name}: {text}", said_by(app.app_id))
 
-    def _keep_traceback(self, app: AppRecord, text: str) -> None:
+    def _keep_traceback(self, app: AppRecord, worker: WorkerHandle, text: str) -> None:
         """Append a traceback the worker reported to the app's log (``aotui logs``)."""
+        if worker.output is not None and worker.output.note(text):
+            return  # charged to the app's output budget, rotated with its log
         stamp = time.strftime("%Y-%m-%d %H:%M:%S ")
         lines = "".join(f"{stamp}{line}\n" for line in text.splitlines())
         with (

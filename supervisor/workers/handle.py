@@ -84,6 +84,10 @@ MAX_ERROR_TEXT = 1000
 #: More frames than this in one second is a flood (fragment updates are coalesced per loop
 #: turn, so a well-behaved app sends far fewer).
 MAX_FRAMES_PER_S = 5000
+#: Frames the reader handles in a row before it lets the loop run others: ``await`` on a frame
+#: that is already there does not yield, so a worker keeping its channel full would otherwise be
+#: served, frame after frame, while every client and other app waited.
+FRAMES_PER_TURN = 16
 #: Log lines one worker may put in System Logs per second; more are counted and dropped, so an
 #: app cannot push other apps' reports (a permission denial, a crash) out of the bounded log.
 LOG_LINES_PER_S = 10
@@ -272,11 +276,16 @@ class WorkerHandle:
                 startup.exception()  # mark retrieved: nobody may be waiting any more
 
     async def _read(self) -> None:
+        in_a_row = 0
         while not self.closed:
+            if in_a_row == FRAMES_PER_TURN:
+                in_a_row = 0
+                await asyncio.sleep(0)  # one turn of the loop for everyone else
             try:
                 frame = await self.sock.recv(copy=True)
             except (zmq.ZMQError, asyncio.CancelledError):
                 return
+            in_a_row += 1
             if len(frame) > MAX_WORKER_FRAME:  # ZMQ_MAXMSGSIZE refuses these; kept as a backstop
                 self.on_violation(self, AotuiError(ErrorCode.E_INVALID_CMD, "oversized frame"))
                 return
