@@ -1,10 +1,11 @@
 """What an app's log lines cost the desktop is bounded, and what was dropped is seen (issue 9, D).
 
 Unit tests for System Logs (an entry is bounded when it is added; the report of dropped lines
-outlives the flood it reports), the channel reader (a full channel gets a share of the loop, not
-all of it: a real ``WorkerHandle`` on a real ZeroMQ socket pair) and the app's log file (a reported
-traceback is charged to the app's output budget), then the flooder test app on a real desktop: raw
-log frames of megabytes, and a flood past the admitted 10 lines a second.
+outlives the flood it reports; no app's snapshot part is rebuilt for a log line), the channel
+reader (a full channel gets a share of the loop, not all of it: a real ``WorkerHandle`` on a real
+ZeroMQ socket pair) and the app's log file (a reported traceback is charged to the app's output
+budget), then the flooder test app on a real desktop: raw log frames of megabytes, and a flood
+past the admitted 10 lines a second.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ import zmq
 import zmq.asyncio
 
 from aotui.protocol import codec
-from aotui.protocol.messages import LogLevel, LogRecord
-from aotui.supervisor.desktop.snapshot import log_text
+from aotui.protocol.messages import FragmentUpdate, LogLevel, LogRecord, ViewFragment
+from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
+from aotui.supervisor.desktop.snapshot import build_snapshot, log_text
+from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
 from aotui.supervisor.desktop.system_log import RAW_CHARS, SystemLog, dropped_by, said_by
+from aotui.supervisor.manifest import load_manifest
 from aotui.supervisor.workers.app_logs import AppLog
 from aotui.supervisor.workers.handle import FRAMES_PER_TURN, WorkerHandle
-from tests.conftest import RunningDesktop, wait_for
+from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]
 
@@ -76,6 +80,25 @@ def test_the_report_of_dropped_lines_outlives_the_flood_it_reports() -> None:
     assert dropped == ["Flooder: 8910 log line(s) dropped"]  # the newest, once
     assert "Crashy crashed (exit 3); restarting." in texts
     assert sum("chatter" in text for text in texts) == log.share
+
+
+def test_log_lines_rebuild_no_apps_part_of_the_snapshot() -> None:
+    apps = []
+    for index, name in enumerate(["echo", "flooder"]):
+        app = AppRecord(f"app_{index}", load_manifest(TEST_APPS / name), status=AppStatus.RUNNING)
+        view = ViewFragment("v", "Main", None, True, f"{name} here", {}, {}, {}, [], [])
+        app.views.apply(FragmentUpdate([view]))
+        apps.append(app)
+    log, cache = SystemLog(capacity=50), SnapshotCache()
+    build_snapshot(apps, log, cache=cache)
+    assert cache.built == 2
+    for index in range(100):
+        log.add(float(index), f"Flooder: chatter {index}", said_by("app_1"))
+        log.add(float(index), f"Flooder: {index} log line(s) dropped", dropped_by("app_1"))
+        text = build_snapshot(apps, log, cache=cache).markdown
+    assert "Flooder: chatter 99" in text
+    assert "Flooder: 99 log line(s) dropped" in text
+    assert cache.built == 2  # System Logs are their own block: every app's part was reused
 
 
 # --- the channel reader ---------------------------------------------------------------------------
