@@ -152,7 +152,7 @@ def test_the_desktop_budget_keeps_every_app_visible_and_named() -> None:
 
 def test_a_snapshot_answers_even_when_one_app_cannot_be_assembled() -> None:
     broken = _record(FragmentUpdate([_fragment("v", None, "fine", [])]))
-    broken.views.sizes = None  # type: ignore[assignment]  # a fault we cannot cause for real
+    broken.views.rendered = None  # type: ignore[assignment]  # a fault we cannot cause for real
     heard: list[str] = []
     snap = build_snapshot([broken], [], on_failure=lambda app, exc: heard.append(app.app_id))
     assert heard == ["app_1"]

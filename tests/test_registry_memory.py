@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import psutil
 
-from aotui.protocol.messages import OperationSpec, ViewFragment
+from aotui.protocol.messages import OperationSpec
+from aotui.supervisor.desktop.view_tree import ViewRecord
 from aotui.supervisor.server.registry import RefTableSharing, SnapshotRegistry
 from tests.conftest import RunningDesktop
 
@@ -18,9 +19,9 @@ Start = Callable[..., RunningDesktop]
 TOUCH = '<context app_id="app_0" view_id="view_0">execute touch</context>'
 
 
-def fragment(items: int, text: str = "", extra: dict[str, object] | None = None) -> ViewFragment:
+def fragment(items: int, text: str = "", extra: dict[str, object] | None = None) -> ViewRecord:
     refs: dict[str, object] = {f"items[{i}]": {"n": i} for i in range(items)} | (extra or {})
-    return ViewFragment(
+    return ViewRecord(
         key="list",
         name="List",
         parent=None,
@@ -55,7 +56,7 @@ def test_ref_tables_share_what_did_not_change_and_keep_no_markdown() -> None:
     assert len(third.refs) == 101
     assert all(third.refs[k] is second.refs[k] for k in second.refs)
     # the registry keeps the compact table
-    registry: SnapshotRegistry[dict[tuple[str, str], ViewFragment]] = SnapshotRegistry(
+    registry: SnapshotRegistry[dict[tuple[str, str], ViewRecord]] = SnapshotRegistry(
         compact=RefTableSharing()
     )
     kept = registry.get(registry.add({where: first}))

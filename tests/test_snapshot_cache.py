@@ -59,7 +59,7 @@ def test_a_changed_apps_part_is_built_again_and_only_its() -> None:
     assert "- item one, renamed" in snap.markdown
     assert "- item 1\n" not in snap.markdown
     assert cache.built == 4  # app_1 alone
-    assert snap.refs[("app_1", "view_0")] is apps[1].views.fragments["root"]  # refs resolve anew
+    assert snap.refs[("app_1", "view_0")] is apps[1].views.rendered["root"]  # refs resolve anew
 
 
 @pytest.mark.parametrize("change", ["mount", "hide", "log", "status", "rename"])
@@ -107,7 +107,7 @@ def test_an_app_whose_inputs_cannot_be_read_is_a_marker_and_not_cached() -> None
     apps = [_app("app_0", "- fine"), _app("app_1", "- broken soon")]
     cache = SnapshotCache()
     _pull(apps, cache)
-    apps[1].views.sizes = None  # type: ignore[assignment]  # a fault we cannot cause for real
+    apps[1].views.rendered = None  # type: ignore[assignment]  # a fault we cannot cause for real
     heard: list[str] = []
     snap = build_snapshot(apps, [], None, lambda app, exc: heard.append(app.app_id), cache)
     assert heard == ["app_1"]

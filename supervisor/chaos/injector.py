@@ -55,7 +55,7 @@ class FaultInjector:
     plan: Plan
     writer: HistoryWriter
     faults: list[FaultSpec]
-    #: View fragments a drift or lie replaced, by (app, view key).
+    #: Views a drift or lie replaced, by (app, view key).
     masks: dict[tuple[str, str], Perturbation]
     #: app_id → (fault id, inject time, the worker that was faulted), until it recovers.
     pending: dict[str, tuple[str, float, WorkerHandle | None]]
@@ -260,25 +260,23 @@ class FaultInjector:
         views = app.views
         wanted = command.view_id if command is not None else None
         rng = random.Random(f"{self.plan.seed}:{fid}")
-        for view_id, fragment, markdown in views.shown():
+        for view_id, view in views.shown():
             if wanted and spec.view is None and view_id != wanted and spec.type is FaultType.DRIFT:
                 continue
-            true_markdown = markdown
-            mask = self.masks.get((app.app_id, fragment.key))
-            if mask is not None and mask.shown is fragment:
+            cached = views.rendered[view.key]  # without the line a dialog is shown under
+            true_markdown = view.markdown
+            mask = self.masks.get((app.app_id, view.key))
+            if mask is not None and mask.shown is cached:
                 true_markdown = mask.true_markdown
             if spec.type is FaultType.DRIFT:
-                changed = drift(fragment, markdown, detail["change"], rng)
+                changed = drift(cached, detail["change"], rng)
             else:
-                changed = lie(fragment, markdown, rng)
+                changed = lie(cached, rng)
             if changed is None:
                 continue
-            shown, new_markdown, what = changed
-            views.fragments[fragment.key] = shown
-            views.markdown[fragment.key] = new_markdown
-            self.masks[(app.app_id, fragment.key)] = Perturbation(
-                fragment.key, shown, true_markdown, what
-            )
+            shown, what = changed
+            views.substitute(shown)
+            self.masks[(app.app_id, view.key)] = Perturbation(view.key, shown, true_markdown, what)
             self._fault(fid, spec, app, command, {**what, "view": view_id})
             self.supervisor.changed("dom_mutation")
             self._visible(fid, "signal", f"dom_mutation: {view_id} of {app.app_id} changed")

@@ -1,9 +1,9 @@
 """What a client sees of an app, digested; and the drift and lie faults that change it.
 
-Drift and lies change the supervisor's copy of a view (the fragment a snapshot shows and a ref
+Drift and lies change the supervisor's copy of a view (the view record a snapshot shows and a ref
 resolves against), never the app's data: the app's next render replaces them, as a real list
 that moved or a real wrong value would be replaced by the next true one. The digest of an app's
-state is taken from its true render (a perturbed fragment counts as the one it replaced), so a
+state is taken from its true render (a perturbed view counts as the one it replaced), so a
 lie never looks like a lost effect.
 """
 
@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from aotui.protocol.messages import ViewFragment
 from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.desktop.view_tree import ViewRecord
 
 __all__ = ["Perturbation", "drift", "lie", "state_digest"]
 
@@ -28,12 +28,12 @@ _NUMBERED = re.compile(r"^(\s*)\d+\. ")
 
 @dataclass(frozen=True)
 class Perturbation:
-    """One changed fragment: what it replaced, and what the fault did (the history's detail)."""
+    """One changed view: what it replaced, and what the fault did (the history's detail)."""
 
     #: The view's key in the app.
     key: str
-    #: The fragment shown while the perturbation lasts.
-    shown: ViewFragment
+    #: The view shown while the perturbation lasts.
+    shown: ViewRecord
     #: The Markdown it replaced (the digest uses it while ``shown`` is on screen).
     true_markdown: str
     #: The fault's detail for the history.
@@ -46,20 +46,21 @@ def state_digest(app: AppRecord, masks: dict[tuple[str, str], Perturbation]) -> 
     # As a snapshot shows them: a mounted view the tree no longer lists (its parent is gone) is
     # not shown, and must not count.
     listed = {node.view_id for node in app.views.nodes()}
-    for view_id, fragment, markdown in app.views.shown():
+    for view_id, view in app.views.shown():
         if view_id not in listed:
             continue
-        mask = masks.get((app.app_id, fragment.key))
-        if mask is not None and mask.shown is fragment:
+        markdown = view.markdown
+        mask = masks.get((app.app_id, view.key))
+        if mask is not None and app.views.rendered.get(view.key) is mask.shown:
             markdown = mask.true_markdown
         digest.update(f"{view_id}\n{markdown}\n\0".encode())
     return digest.hexdigest()
 
 
-def _lists(fragment: ViewFragment) -> dict[str, int]:
-    """Each list of a fragment and its length."""
+def _lists(view: ViewRecord) -> dict[str, int]:
+    """Each list of a view and its length."""
     lengths: dict[str, int] = {}
-    for ref in fragment.ref_types:
+    for ref in view.ref_types:
         match = _INDEX.match(ref)
         if match:
             name, index = match.group(1), int(match.group(2))
@@ -97,20 +98,20 @@ def _relabel(block: list[str], name: str, old: int, new: int, prefix_from: str) 
     return [first, *block[1:]]
 
 
-def _choose_list(fragment: ViewFragment, rng: random.Random, least: int) -> tuple[str, int] | None:
-    candidates = sorted((name, n) for name, n in _lists(fragment).items() if n >= least)
+def _choose_list(view: ViewRecord, rng: random.Random, least: int) -> tuple[str, int] | None:
+    candidates = sorted((name, n) for name, n in _lists(view).items() if n >= least)
     return rng.choice(candidates) if candidates else None
 
 
 def drift(
-    fragment: ViewFragment, markdown: str, change: str, rng: random.Random
-) -> tuple[ViewFragment, str, dict[str, Any]] | None:
-    """The fragment with one list reordered, an item inserted or one removed; None: no list."""
-    chosen = _choose_list(fragment, rng, 2 if change == "reorder" else 1)
+    view: ViewRecord, change: str, rng: random.Random
+) -> tuple[ViewRecord, dict[str, Any]] | None:
+    """The view with one list reordered, an item inserted or one removed; None: no list."""
+    chosen = _choose_list(view, rng, 2 if change == "reorder" else 1)
     if chosen is None:
         return None
     name, count = chosen
-    lines, spans = _blocks(markdown, name, count)
+    lines, spans = _blocks(view.markdown, name, count)
     order: list[int | None]
     if change == "reorder":
         order = [*range(count)][::-1]
@@ -118,20 +119,20 @@ def drift(
         order = [None, *range(count)]
     else:
         order = [*range(1, count)]
-    refs, keys, types = dict(fragment.refs), dict(fragment.keys), dict(fragment.ref_types)
+    refs, keys, types = dict(view.refs), dict(view.keys), dict(view.ref_types)
     for index in range(count):
         for table in (refs, keys, types):
             table.pop(f"{name}[{index}]", None)
     for new, old in enumerate(order):
         source = 0 if old is None else old
         ref = f"{name}[{new}]"
-        value = copy.deepcopy(fragment.refs.get(f"{name}[{source}]"))
-        key = fragment.keys.get(f"{name}[{source}]", ref)
+        value = copy.deepcopy(view.refs.get(f"{name}[{source}]"))
+        key = view.keys.get(f"{name}[{source}]", ref)
         if old is None:  # an item the agent never saw, like the one it copies
             value = _altered(value, "new")
             key = f"chaos-inserted-{rng.randrange(10**6)}"
         refs[ref], keys[ref] = value, key
-        types[ref] = fragment.ref_types.get(f"{name}[{source}]", "")
+        types[ref] = view.ref_types.get(f"{name}[{source}]", "")
     if spans:
         blocks = [lines[a:b] for a, b in spans]
         moved: list[str] = []
@@ -144,8 +145,10 @@ def drift(
                 block = [block[0].replace("[", "[New: ", 1), *block[1:]]
             moved.extend(block)
         lines = lines[: spans[0][0]] + moved + lines[spans[-1][1] :]
-    shown = dataclasses.replace(fragment, refs=refs, keys=keys, ref_types=types)
-    return shown, "\n".join(lines), {"list": name, "change": change}
+    shown = dataclasses.replace(
+        view, refs=refs, keys=keys, ref_types=types, markdown="\n".join(lines)
+    )
+    return shown, {"list": name, "change": change}
 
 
 def _altered(value: Any, how: str) -> Any:
@@ -178,15 +181,14 @@ def _plausible(text: str) -> str:
     return text + text[-1:] if text else "?"
 
 
-def lie(
-    fragment: ViewFragment, markdown: str, rng: random.Random
-) -> tuple[ViewFragment, str, dict[str, Any]] | None:
-    """The fragment with one list item (or entity) showing a plausible wrong value."""
-    refs = sorted(ref for ref, value in fragment.refs.items() if value is not None)
+def lie(view: ViewRecord, rng: random.Random) -> tuple[ViewRecord, dict[str, Any]] | None:
+    """The view with one list item (or entity) showing a plausible wrong value."""
+    markdown = view.markdown
+    refs = sorted(ref for ref, value in view.refs.items() if value is not None)
     if not refs:
         return None
     ref = rng.choice(refs)
-    true = fragment.refs[ref]
+    true = view.refs[ref]
     shown = _altered(true, "lie")
     if shown == true:
         return None
@@ -197,8 +199,8 @@ def lie(
                 lines[n] = line.replace(old, new, 1)
                 markdown = "\n".join(lines)
                 break
-    changed = dataclasses.replace(fragment, refs={**fragment.refs, ref: shown})
-    return changed, markdown, {"item": ref, "true": true, "shown": shown}
+    changed = dataclasses.replace(view, refs={**view.refs, ref: shown}, markdown=markdown)
+    return changed, {"item": ref, "true": true, "shown": shown}
 
 
 def _changed_strings(true: Any, shown: Any) -> list[tuple[str, str]]:

@@ -29,7 +29,6 @@ from aotui.protocol.messages import (
     Mount,
     Operation,
     SignalReason,
-    ViewFragment,
 )
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
@@ -46,6 +45,7 @@ from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
 from aotui.supervisor.desktop.snapshot_diff import SeenBlocks
 from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.system_log import SystemLog
+from aotui.supervisor.desktop.view_tree import ViewRecord
 from aotui.supervisor.manifest import Manifest, load_manifest, name_key
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
 from aotui.supervisor.server.registry import RefTableSharing, SnapshotRegistry
@@ -629,7 +629,7 @@ class Desktop:
         app.require_live()
         key = app.views.key_for(view_id)
         if action in (Action.HIDE_VIEW, Action.SHOW_VIEW):
-            app.views.mounted_fragment(view_id)
+            app.views.mounted_view(view_id)
             (app.views.hidden.add if action is Action.HIDE_VIEW else app.views.hidden.discard)(key)
             self.on_change(SignalReason.DOM_MUTATION)
             return
@@ -645,10 +645,10 @@ class Desktop:
         app = self.app(command.app_id or "")
         app.require_live()
         view_id = command.view_id or ""
-        fragment = app.views.mounted_fragment(view_id)
-        spec = next((op for op in fragment.operations if op.op_id == command.target), None)
+        view = app.views.mounted_view(view_id)
+        spec = next((op for op in view.operations if op.op_id == command.target), None)
         if spec is None:
-            offered = ", ".join(op.op_id for op in fragment.operations) or "none"
+            offered = ", ".join(op.op_id for op in view.operations) or "none"
             raise AotuiError(
                 ErrorCode.E_NOT_FOUND,
                 f"{view_id} of {app.app_id} has no operation {command.target!r} "
@@ -656,7 +656,7 @@ class Desktop:
             )
         check_dialog(app, view_id, command.target)
         rule = confirm_rule(self.config.policy, app, command.target)
-        seen = (refs or {}).get((app.app_id, view_id), fragment)
+        seen = (refs or {}).get((app.app_id, view_id), view)
         coerced = coerce_args(parse_arg_schema(spec.args), command.args, _resolver(seen, view_id))
         if self.on_resolved is not None:  # a chaos run records what the refs resolved to
             self.on_resolved(command, coerced.args)
@@ -666,7 +666,7 @@ class Desktop:
                     ident="",
                     app=app.app_id,
                     app_name=app.name,
-                    view_key=fragment.key,
+                    view_key=view.key,
                     view_id=view_id,
                     operation=command.target,
                     args=coerced.args,
@@ -675,7 +675,7 @@ class Desktop:
                 )
             )
         return await self._operate(
-            app, fragment.key, command.target, coerced.args, coerced.stable_keys, deadline
+            app, view.key, command.target, coerced.args, coerced.stable_keys, deadline
         )
 
     async def _operate(
@@ -759,15 +759,15 @@ class Desktop:
             self.require_writable()
             await self._await_restart(app, deadline)
             app.require_live()
-            fragment = app.views.fragments.get(pending.view_key)
+            view = app.views.rendered.get(pending.view_key)
             view_id = app.views.ids.get(pending.view_key, pending.view_id)
-            if fragment is None or not fragment.mounted:
+            if view is None or not view.mounted:
                 raise AotuiError(
                     ErrorCode.E_NOT_FOUND,
                     f"{view_id} of {app.app_id} is no longer mounted, so {pending.operation} "
                     f"could not run; the agent may ask again",
                 )
-            if all(op.op_id != pending.operation for op in fragment.operations):
+            if all(op.op_id != pending.operation for op in view.operations):
                 raise AotuiError(
                     ErrorCode.E_NOT_FOUND,
                     f"{view_id} of {app.app_id} no longer offers {pending.operation}",
@@ -917,29 +917,29 @@ def _left(deadline: float | None, timeout_ms: int) -> float:
     return max(0.05, min(timeout, deadline - time.monotonic()))
 
 
-def _resolver(fragment: ViewFragment, view_id: str) -> Callable[[str, str], ResolvedRef]:
-    """Resolve refs against the fragment the agent saw."""
+def _resolver(view: ViewRecord, view_id: str) -> Callable[[str, str], ResolvedRef]:
+    """Resolve refs against the view as the agent saw it."""
 
     def resolve(ref: str, expected_type: str) -> ResolvedRef:
         name, index = parse_ref(ref)
         key = ref
-        lists = {r.split("[", 1)[0] for r in fragment.ref_types if "[" in r}
+        lists = {r.split("[", 1)[0] for r in view.ref_types if "[" in r}
         if index is not None and name == "list" and name not in lists and len(lists) == 1:
             key = f"{next(iter(lists))}[{index}]"
-        if key not in fragment.refs and key not in fragment.keys:
-            known = ", ".join(sorted(fragment.ref_types)[:20]) or "none"
+        if key not in view.refs and key not in view.keys:
+            known = ", ".join(sorted(view.ref_types)[:20]) or "none"
             raise AotuiError(
                 ErrorCode.E_NOT_FOUND,
                 f"{ref} is not in {view_id} as you saw it (refs there: {known})",
                 {"ref": ref},
             )
-        actual = fragment.ref_types.get(key, "")
+        actual = view.ref_types.get(key, "")
         if expected_type and actual and actual != expected_type:
             raise AotuiError(
                 ErrorCode.E_INVALID_CMD,
                 f"{ref} is a {actual}, but this argument expects a {expected_type}",
                 {"ref": ref},
             )
-        return ResolvedRef(fragment.refs.get(key), fragment.keys.get(key, key))
+        return ResolvedRef(view.refs.get(key), view.keys.get(key, key))
 
     return resolve

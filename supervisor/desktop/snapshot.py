@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from aotui.protocol.messages import ViewFragment
 from aotui.protocol.structure import sanitize
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
 from aotui.supervisor.desktop.instructions import SYSTEM_INSTRUCTIONS
-from aotui.supervisor.desktop.view_tree import attribute_text
+from aotui.supervisor.desktop.view_tree import ViewRecord, attribute_text
 
 if TYPE_CHECKING:
     from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
@@ -41,8 +40,8 @@ __all__ = [
     "log_text",
 ]
 
-#: (app_id, view_id) → the fragment the agent saw, for resolving refs later.
-RefTable = dict[tuple[str, str], ViewFragment]
+#: (app_id, view_id) → the view the agent saw, for resolving refs later.
+RefTable = dict[tuple[str, str], ViewRecord]
 
 
 @dataclass(frozen=True)
@@ -187,20 +186,20 @@ def _application(app: AppRecord, refs: RefTable, budget: SnapshotBudget) -> list
     blocks = [Block(app_id, "<application_info>", "\n".join(info), "</application_info>", app_id)]
     listed = {node.view_id for node in nodes}
     used = unshown = 0
-    for view_id, fragment, markdown in app.views.shown():
+    for view_id, view in app.views.shown():
         if view_id not in listed:
             unshown += 1  # past the views or depth budget: the marker above names them
             continue
-        size = app.views.sizes.get(fragment.key, len(markdown))
+        size = view.size
         if size > budget.view_bytes:
             body = _over(app, f"{view_id} is {_size(size)}, over {_size(budget.view_bytes)} a view")
         elif used + size > budget.app_bytes:
             body = _over(app, f"{view_id} would take the app past {_size(budget.app_bytes)}")
         else:
-            refs[(app_id, view_id)] = fragment
-            body = markdown.rstrip("\n")
+            refs[(app_id, view_id)] = view
+            body = view.markdown.rstrip("\n")
             used += size
-        tag = f'<view id="{view_id}" name="{attribute_text(fragment.name)}">'
+        tag = f'<view id="{view_id}" name="{attribute_text(view.name)}">'
         blocks.append(Block(f"{app_id}/{view_id}", tag, body, "</view>", app_id, view_id))
     if unshown:
         why = f"{unshown} more mounted views, past the views or depth budget"

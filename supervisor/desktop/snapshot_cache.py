@@ -2,10 +2,10 @@
 
 An app's part (its blocks, refs and text: :class:`~supervisor.desktop.snapshot.AppPart`) is a
 function of a few inputs held on its :class:`~supervisor.desktop.app_record.AppRecord`: its
-manifest, id and status, its Operation Log, and its view tree (fragments, their sanitized Markdown
-and sizes, view ids, hidden views). The cache keeps each app's part with those inputs as they were
-and rebuilds it when any differs. The inputs are compared, not tracked: every fragment, Markdown
-text and log entry is replaced, never changed in place, so an unchanged one compares by identity
+manifest, id and status, its Operation Log, and its view tree (its view records, view ids, hidden
+views). The cache keeps each app's part with those inputs as they were and rebuilds it when any
+differs. The inputs are compared, not tracked: every view record and log entry is replaced, never
+changed in place, so an unchanged one compares by identity
 and the comparison costs a few microseconds an app, while a change anywhere (a new fragment, a
 mount, a hide, a log line) is seen without each of those places having to say so.
 """
@@ -31,9 +31,7 @@ def _inputs(app: AppRecord, budget: SnapshotBudget) -> tuple[Any, ...]:
         app.status,
         budget,
         tuple(app.op_log),
-        tuple(views.fragments.items()),
-        tuple(views.markdown.items()),
-        tuple(views.sizes.items()),
+        tuple(views.rendered.items()),
         tuple(views.ids.items()),
         frozenset(views.hidden),
     )

@@ -1,6 +1,9 @@
-"""One app's views as the supervisor keeps them: cached fragments, ``view_N`` ids, the tree.
+"""One app's views as the supervisor keeps them: cached view records, ``view_N`` ids, the tree.
 
-Fragments arrive from the worker already rendered; this module never renders. Ids are assigned in
+Fragments arrive from the worker already rendered; this module never renders. Each wire
+:class:`~protocol.messages.ViewFragment` is converted here, once, into a :class:`ViewRecord`: the
+one shape of a rendered view on the supervisor's side (what a snapshot shows, a ref resolves
+against, a wait reads and a chaos fault perturbs). Ids are assigned in
 level order of the view tree as views are discovered and never change while the app lives, so the
 ``(view:@key)`` links of a fragment are resolved to ``(view:view_N)`` once, when it arrives.
 Fragment text passes :func:`~protocol.structure.sanitize` again here because a compromised worker
@@ -18,7 +21,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import ChildLink, FragmentUpdate, OperationSpec, ViewFragment
@@ -29,6 +34,7 @@ __all__ = [
     "MAX_FRAGMENT_BYTES",
     "MAX_VIEW_IDS",
     "TreeNode",
+    "ViewRecord",
     "ViewTree",
     "attribute_text",
 ]
@@ -60,17 +66,50 @@ def attribute_text(text: str) -> str:
     )
 
 
-def _cleaned(fragment: ViewFragment) -> ViewFragment:
+@dataclass(frozen=True, slots=True)
+class ViewRecord:
+    """One rendered view as the supervisor keeps it: a worker's fragment, sanitized, its links
+    resolved, with the bytes it is charged. Replaced whole when the view changes, never edited."""
+
+    #: The app's stable key for this view instance (``conversation:johnny``).
+    key: str
+    #: The view's name (sanitized, one line).
+    name: str
+    #: Key of the view that links to this one, or ``None`` for a root view.
+    parent: str | None
+    #: Whether the view is mounted (shown with its content) or only listed in the tree.
+    mounted: bool
+    #: The body as the agent reads it: sanitized, ``(view:@key)`` links resolved to ``view_N``.
+    markdown: str
+    #: ``list_id[i]`` and entity ids → the recorded ``data-value``.
+    refs: dict[str, Any]
+    #: ``list_id[i]`` and entity ids → the app's stable key of the item.
+    keys: dict[str, str]
+    #: ``list_id[i]`` and entity ids → the item or entity type (``message``).
+    ref_types: dict[str, str]
+    #: The operations the view offers (sanitized).
+    operations: list[OperationSpec]
+    #: The child views it links to, in document order (labels sanitized).
+    links: list[ChildLink]
+    #: A dialog: while mounted, the rest of its app waits (CONTRACT §3).
+    modal: bool = False
+    #: Bytes charged to the app's budget: its Markdown, at least its share of the frame.
+    size: int = 0
+
+
+def _cleaned(fragment: ViewFragment, size: int) -> ViewRecord:
     """The fragment as the supervisor keeps it: every string the agent may be shown (names,
     labels, descriptions, operation ids and argument schemas, ref names and types, in a snapshot
-    or quoted in an error message) sanitized; the Markdown is kept apart (see ``apply``)."""
+    or quoted in an error message) sanitized; the Markdown is filled in by ``apply``."""
 
     def line(text: str, limit: int = 200) -> str:
         return sanitize(text, limit=limit)
 
-    return dataclasses.replace(
-        fragment,
+    return ViewRecord(
+        key=fragment.key,
         name=line(fragment.name),
+        parent=fragment.parent,
+        mounted=fragment.mounted,
         markdown="",
         refs={line(ref): value for ref, value in fragment.refs.items()},
         keys={line(ref): key for ref, key in fragment.keys.items()},
@@ -89,6 +128,8 @@ def _cleaned(fragment: ViewFragment) -> ViewFragment:
             ChildLink(link.key, line(link.label), line(link.description, 300))
             for link in fragment.links
         ],
+        modal=fragment.modal,
+        size=size,
     )
 
 
@@ -103,13 +144,11 @@ class TreeNode:
 
 
 class ViewTree:
-    """The fragments of one app incarnation and the ids of every view it has shown."""
+    """The views of one app incarnation and the ids of every view it has shown."""
 
     def __init__(self) -> None:
-        self.fragments: dict[str, ViewFragment] = {}
-        self.markdown: dict[str, str] = {}
-        #: Bytes charged to each cached fragment (its Markdown, at least its share of the frame).
-        self.sizes: dict[str, int] = {}
+        #: Each cached view by key; a change replaces the whole dict (see :meth:`apply`).
+        self.rendered: dict[str, ViewRecord] = {}
         #: ``key → view_N``, oldest first (the order forgetting follows).
         self.ids: dict[str, str] = {}
         self.keys: dict[str, str] = {}
@@ -126,23 +165,24 @@ class ViewTree:
         self.next_id = max((_number(view_id) + 1 for view_id in self.keys), default=0)
 
     def apply(self, update: FragmentUpdate, frame_bytes: int = 0) -> None:
-        """Take a worker's update: cache fragments, assign new ids, resolve links.
+        """Take a worker's update: convert its fragments, assign new ids, resolve links.
 
-        ``E_INVALID_CMD`` (a protocol violation) if the update takes the app past a budget.
+        ``E_INVALID_CMD`` (a protocol violation) if the update takes the app past a budget; then
+        nothing of it is kept.
         """
         share = frame_bytes // max(len(update.views), 1)
-        arriving: dict[str, tuple[ViewFragment, int]] = {}
-        for fragment in update.views:
-            cleaned = _cleaned(fragment)
-            arriving[fragment.key] = (cleaned, max(share, len(fragment.markdown)))
-        count = len(self.fragments.keys() | arriving.keys())
+        arriving = {
+            fragment.key: _cleaned(fragment, max(share, len(fragment.markdown)))
+            for fragment in update.views
+        }
+        count = len(self.rendered.keys() | arriving.keys())
         if count > MAX_FRAGMENTS:
             raise AotuiError(
                 ErrorCode.E_INVALID_CMD,
                 f"the worker keeps {count} view fragments, over the budget of {MAX_FRAGMENTS}",
             )
-        total = sum(size for key, size in self.sizes.items() if key not in arriving) + sum(
-            size for _fragment, size in arriving.values()
+        total = sum(v.size for key, v in self.rendered.items() if key not in arriving) + sum(
+            v.size for v in arriving.values()
         )
         if total > MAX_FRAGMENT_BYTES:
             raise AotuiError(
@@ -150,20 +190,23 @@ class ViewTree:
                 f"the worker keeps {total >> 20} MB of view fragments, over the budget of "
                 f"{MAX_FRAGMENT_BYTES >> 20} MB",
             )
-        for key, (cleaned, size) in arriving.items():
-            self.fragments[key] = cleaned
-            self.sizes[key] = size
-        self._assign_ids()
+        views = {**self.rendered, **arriving}
+        self._assign_ids(views)
         for fragment in update.views:
             markdown = sanitize(self._resolve(fragment.markdown), lines=True, limit=None)
-            self.markdown[fragment.key] = markdown
-            self.sizes[fragment.key] = max(self.sizes[fragment.key], len(markdown.encode()))
+            view = arriving[fragment.key]
+            size = max(view.size, len(markdown.encode()))
+            views[fragment.key] = dataclasses.replace(view, markdown=markdown, size=size)
+        self.rendered = views
+
+    def substitute(self, view: ViewRecord) -> None:
+        """Show ``view`` in place of the cached view with its key (a chaos run's drift or lie);
+        the worker's next update of that view replaces it."""
+        self.rendered = {**self.rendered, view.key: view}
 
     def reset_fragments(self) -> None:
-        """Forget fragments (the worker is gone) but keep ids: a restart reuses them."""
-        self.fragments.clear()
-        self.markdown.clear()
-        self.sizes.clear()
+        """Forget the views (the worker is gone) but keep ids: a restart reuses them."""
+        self.rendered = {}
 
     def _resolve(self, markdown: str) -> str:
         def replace(match: re.Match[str]) -> str:
@@ -172,8 +215,8 @@ class ViewTree:
 
         return _LINK.sub(replace, markdown)
 
-    def _assign_ids(self) -> None:
-        order = self._level_order()
+    def _assign_ids(self, views: Mapping[str, ViewRecord]) -> None:
+        order = self._level_order(views)
         if len(order) > MAX_VIEW_IDS:
             raise AotuiError(
                 ErrorCode.E_INVALID_CMD,
@@ -192,32 +235,32 @@ class ViewTree:
     def _forget(self, count: int, live: set[str]) -> None:
         """Forget the ids of ``count`` views no longer in the tree, those known longest first.
 
-        Forgetting a quarter of the budget at once keeps this walk rare. Cached fragments, hidden
+        Forgetting a quarter of the budget at once keeps this walk rare. Cached views, hidden
         views and the newest id are kept (a restore numbers on from the newest).
         """
         count = max(count, MAX_VIEW_IDS // 4)
         newest = next(reversed(self.ids), None)
-        kept = live | self.fragments.keys() | self.hidden | {newest}
+        kept = live | self.rendered.keys() | self.hidden | {newest}
         for key in [key for key in self.ids if key not in kept][:count]:
             del self.keys[self.ids.pop(key)]
 
-    def _roots(self) -> list[ViewFragment]:
-        return [f for f in self.fragments.values() if f.parent is None]
-
-    def _level_order(self) -> list[tuple[str, int, str]]:
+    def _level_order(
+        self, views: Mapping[str, ViewRecord] | None = None
+    ) -> list[tuple[str, int, str]]:
         """(key, depth, label) of every view reachable from the roots, breadth first."""
+        views = self.rendered if views is None else views
         seen: set[str] = set()
         order: list[tuple[str, int, str]] = []
-        queue = deque((root.key, 0, root.name) for root in self._roots())
+        queue = deque((v.key, 0, v.name) for v in views.values() if v.parent is None)
         while queue:
             key, depth, label = queue.popleft()
             if key in seen:
                 continue
             seen.add(key)
             order.append((key, depth, label))
-            fragment = self.fragments.get(key)
-            if fragment is not None and fragment.mounted:
-                queue.extend((link.key, depth + 1, link.label) for link in fragment.links)
+            view = views.get(key)
+            if view is not None and view.mounted:
+                queue.extend((link.key, depth + 1, link.label) for link in view.links)
         return order
 
     def nodes(self, max_nodes: int | None = None, max_depth: int | None = None) -> list[TreeNode]:
@@ -229,23 +272,24 @@ class ViewTree:
         labels = {key: (depth, label) for key, depth, label in self._level_order()}
         nodes: list[TreeNode] = []
         seen: set[str] = set()
+        roots = [v for v in self.rendered.values() if v.parent is None]
         # An explicit stack, children pushed in reverse so they pop in document order.
-        stack = [(root.key, 0, root.name) for root in reversed(self._roots())]
+        stack = [(root.key, 0, root.name) for root in reversed(roots)]
         while stack and (max_nodes is None or len(nodes) < max_nodes):
             key, depth, label = stack.pop()
             if key in seen or key not in self.ids:
                 continue
             seen.add(key)
-            fragment = self.fragments.get(key)
-            mounted = fragment is not None and fragment.mounted
+            view = self.rendered.get(key)
+            mounted = view is not None and view.mounted
             nodes.append(TreeNode(depth, self.ids[key], label, mounted))
-            if fragment is None or not mounted:
+            if view is None or not mounted:
                 continue
             if max_depth is not None and depth + 1 > max_depth:
                 continue
             stack.extend(
                 (link.key, depth + 1, link.label)
-                for link in reversed(fragment.links)
+                for link in reversed(view.links)
                 if labels.get(link.key, (0, ""))[0] == depth + 1
             )
         return nodes
@@ -254,36 +298,38 @@ class ViewTree:
         """How many lines the whole Application View Tree has."""
         return sum(1 for key, _depth, _label in self._level_order() if key in self.ids)
 
-    def shown(self) -> list[tuple[str, ViewFragment, str]]:
-        """(view_id, fragment, markdown) of mounted, not hidden views, in id order.
+    def shown(self) -> list[tuple[str, ViewRecord]]:
+        """(view_id, view) of mounted, not hidden views, in id order.
 
-        While a dialog is open (:meth:`dialog`) it is the only view shown (hidden or not), under
-        a line saying the rest of the app is collapsed.
+        While a dialog is open (:meth:`dialog`) it is the only view shown (hidden or not), its
+        Markdown under a line saying the rest of the app is collapsed.
         """
         dialog = self.dialog()
         shown = [
-            (self.ids[key], fragment, self.markdown[key])
-            for key, fragment in self.fragments.items()
-            if fragment.mounted
+            (self.ids[key], view)
+            for key, view in self.rendered.items()
+            if view.mounted
             and (key not in self.hidden or dialog is not None)
             and key in self.ids
-            and key in self.markdown
             and (dialog is None or self.ids[key] == dialog[0])
         ]
         if dialog is not None:
-            return [(view_id, f, DIALOG_LINE.format(view_id) + m) for view_id, f, m in shown]
+            return [
+                (view_id, dataclasses.replace(v, markdown=DIALOG_LINE.format(view_id) + v.markdown))
+                for view_id, v in shown
+            ]
         shown.sort(key=lambda item: _number(item[0]))
         return shown
 
-    def dialog(self) -> tuple[str, ViewFragment] | None:
+    def dialog(self) -> tuple[str, ViewRecord] | None:
         """The open dialog (seed 004): the mounted ``modal`` view with the highest view id."""
-        found: tuple[str, ViewFragment] | None = None
-        for key, fragment in self.fragments.items():
+        found: tuple[str, ViewRecord] | None = None
+        for key, view in self.rendered.items():
             view_id = self.ids.get(key)
-            if not (fragment.modal and fragment.mounted) or view_id is None:
+            if not (view.modal and view.mounted) or view_id is None:
                 continue
             if found is None or _number(view_id) > _number(found[0]):
-                found = (view_id, fragment)
+                found = (view_id, view)
         return found
 
     def key_for(self, view_id: str) -> str:
@@ -297,20 +343,20 @@ class ViewTree:
             )
         return key
 
-    def mounted_fragment(self, view_id: str) -> ViewFragment:
-        """The current fragment of a mounted view; ``E_NOT_FOUND`` if it is not mounted."""
+    def mounted_view(self, view_id: str) -> ViewRecord:
+        """The current record of a mounted view; ``E_NOT_FOUND`` if it is not mounted."""
         key = self.key_for(view_id)
-        fragment = self.fragments.get(key)
-        if fragment is None or not fragment.mounted:
+        view = self.rendered.get(key)
+        if view is None or not view.mounted:
             raise AotuiError(
                 ErrorCode.E_NOT_FOUND,
                 f"{view_id} is not mounted; mount it first: mount --view {view_id}",
             )
-        return fragment
+        return view
 
     def mounted_keys(self) -> list[str]:
         """Keys of the mounted views in id order (what a restarted worker mounts again)."""
-        keys = [key for key, f in self.fragments.items() if f.mounted and key in self.ids]
+        keys = [key for key, v in self.rendered.items() if v.mounted and key in self.ids]
         return sorted(keys, key=lambda key: _number(self.ids[key]))
 
 

@@ -10,8 +10,8 @@ import html
 import re
 from typing import Any
 
-from aotui.protocol.messages import ViewFragment
 from aotui.supervisor.desktop.snapshot import RefTable
+from aotui.supervisor.desktop.view_tree import ViewRecord
 
 __all__ = ["snapshot_json"]
 
@@ -70,7 +70,7 @@ def snapshot_json(snapshot_id: str, markdown: str, refs: RefTable | None) -> dic
     return {"snapshot_id": snapshot_id, **diff, "system_views": system, "apps": apps}
 
 
-def _add_refs(block: dict[str, Any], fragment: ViewFragment | None) -> None:
+def _add_refs(block: dict[str, Any], fragment: ViewRecord | None) -> None:
     if fragment is None:
         block.update(operations=[], refs={})
         return

@@ -108,8 +108,8 @@ class DesktopWaits:
 
         def appears(waiter: _Waiter) -> tuple[dict[str, Any] | None, float]:
             shown = any(
-                text in markdown
-                for view_id, _fragment, markdown in app.views.shown()
+                text in shown_view.markdown
+                for view_id, shown_view in app.views.shown()
                 if view is None or view_id == view
             )
             if shown != gone:

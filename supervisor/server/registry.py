@@ -20,6 +20,7 @@ by every entry that saw it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.protocol.messages import ViewFragment
+from aotui.supervisor.desktop.view_tree import ViewRecord
 
 __all__ = ["Clock", "RefTableSharing", "SnapshotRegistry"]
 
@@ -45,33 +46,33 @@ class _Entry(Generic[RefTable]):
     pins: int = 0
 
 
-#: (app id, view id) → the fragment the agent saw (``desktop.snapshot.RefTable``).
-ViewRefs = dict[tuple[str, str], ViewFragment]
+#: (app id, view id) → the view the agent saw (``desktop.snapshot.RefTable``).
+ViewRefs = dict[tuple[str, str], ViewRecord]
 
 
 class RefTableSharing:
     """Makes each pull's ref table compact, sharing with earlier pulls what did not change.
 
-    Called once per pull (:meth:`SnapshotRegistry.add`). A view whose fragment is the object it
+    Called once per pull (:meth:`SnapshotRegistry.add`). A view whose record is the object it
     was at the previous pull costs nothing new; a changed one keeps its ref dicts (and each
     unchanged item's value) from the previous version when they are equal, so 256 pulls of a
     list that gains one item hold that list about once.
     """
 
     def __init__(self) -> None:
-        #: Per view: the fragment last seen and the compact copy made of it.
-        self._latest: dict[tuple[str, str], tuple[ViewFragment, ViewFragment]] = {}
+        #: Per view: the record last seen and the compact copy made of it.
+        self._latest: dict[tuple[str, str], tuple[ViewRecord, ViewRecord]] = {}
         self._last_table: ViewRefs = {}
 
     def __call__(self, table: ViewRefs) -> ViewRefs:
         compact: ViewRefs = {}
-        for where, fragment in table.items():
+        for where, view in table.items():
             known = self._latest.get(where)
-            if known is not None and known[0] is fragment:
+            if known is not None and known[0] is view:
                 compact[where] = known[1]
                 continue
-            slim = _slim(fragment, None if known is None else known[1])
-            self._latest[where] = (fragment, slim)
+            slim = _slim(view, None if known is None else known[1])
+            self._latest[where] = (view, slim)
             compact[where] = slim
         if len(self._latest) > 4 * len(table) + 64:  # forget views long gone
             self._latest = {where: self._latest[where] for where in table}
@@ -82,32 +83,19 @@ class RefTableSharing:
         return compact
 
 
-def _slim(fragment: ViewFragment, previous: ViewFragment | None) -> ViewFragment:
-    """``fragment`` without its Markdown and links, reusing ``previous``'s equal parts."""
+def _slim(view: ViewRecord, previous: ViewRecord | None) -> ViewRecord:
+    """``view`` without its Markdown and links, reusing ``previous``'s equal parts."""
     if previous is None:
-        return ViewFragment(
-            fragment.key,
-            fragment.name,
-            fragment.parent,
-            fragment.mounted,
-            "",
-            fragment.refs,
-            fragment.keys,
-            fragment.ref_types,
-            fragment.operations,
-            [],
-        )
-    return ViewFragment(
-        fragment.key,
-        fragment.name,
-        fragment.parent,
-        fragment.mounted,
-        "",
-        _shared(fragment.refs, previous.refs),
-        _shared(fragment.keys, previous.keys),
-        _shared(fragment.ref_types, previous.ref_types),
-        previous.operations if previous.operations == fragment.operations else fragment.operations,
-        [],
+        return dataclasses.replace(view, markdown="", links=[])
+    operations = previous.operations if previous.operations == view.operations else view.operations
+    return dataclasses.replace(
+        view,
+        markdown="",
+        links=[],
+        refs=_shared(view.refs, previous.refs),
+        keys=_shared(view.keys, previous.keys),
+        ref_types=_shared(view.ref_types, previous.ref_types),
+        operations=operations,
     )
 
 
