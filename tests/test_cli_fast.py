@@ -40,6 +40,8 @@ HEAVY = {
     "aotui.sandbox": "the workers",
     # 22 frozen dataclasses defined at import were a third of a command's start-up.
     "aotui.protocol.worker_messages": "the supervisor's workers and zygote (their messages)",
+    # argparse imports it (with bz2 and lzma) for the terminal width, ~2 ms; cli.py finds it.
+    "shutil": "file operations (aotui up, logs)",
 }
 
 # Runs each argv through main() in one interpreter, then writes its sys.modules to argv[2].
@@ -330,3 +332,24 @@ def run_usage(argv: list[str]) -> tuple[int, str]:
         check=False,
     )
     return finished.returncode, finished.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("columns", ["50", "123", "0", "wide", None])
+def test_help_is_laid_out_as_argparse_lays_it_out(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    top = build_parser()
+    ours = [top, *subparsers(top).values()]
+    texts = [parser.format_help() for parser in ours]
+    # The same parsers with argparse's own formatters, which ask shutil for the width.
+    top.formatter_class = argparse.RawDescriptionHelpFormatter
+    for parser in ours[1:]:
+        parser.formatter_class = argparse.HelpFormatter
+    assert [parser.format_help() for parser in ours] == texts
+    if columns == "50":  # a command's help wraps to the width (its usage and descriptions)
+        snapshot = texts[1 + list(COMMANDS).index("snapshot")]
+        assert max(len(line) for line in snapshot.splitlines()) <= 48
