@@ -65,6 +65,10 @@ _MARK_ORDER = ("view", "list", "entity", "operation", "view-link")
 _BAD_NAME = re.compile(r'["<>]')
 _LABEL_SKIP = DROPPED | {"textarea", "select"}
 _LIST_LABEL = frozenset({"listhead"})
+# Checked argument schemas by (args text, op_id): a view declares the same operations at every
+# render, and checking a schema again (JSON and all) was a tenth of rendering a small view.
+_SCHEMAS: dict[tuple[str, str], dict[str, str]] = {}
+_SCHEMAS_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,7 +483,7 @@ class _ViewRenderer(MarkdownRenderer):
             or op_id
         )
         description = collapse(el.get("description"))
-        args = operation_args(el.get("args"), op_id)
+        args = _checked_args(el.get("args"), op_id)
         self.operations[op_id] = OperationSpec(
             op_id,
             escape_structural(label),
@@ -487,6 +491,19 @@ class _ViewRenderer(MarkdownRenderer):
             args,
             confirm=_flag(el, "confirm"),
         )
+
+
+def _checked_args(raw: str | None, op_id: str) -> dict[str, str]:
+    """:func:`operation_args`, remembered for a schema text already checked (a copy each time)."""
+    if raw is None:
+        return {}
+    found = _SCHEMAS.get((raw, op_id))
+    if found is None:
+        found = operation_args(raw, op_id)  # a bad schema raises, and is not remembered
+        if len(_SCHEMAS) >= _SCHEMAS_MAX:
+            _SCHEMAS.clear()
+        _SCHEMAS[raw, op_id] = found
+    return dict(found)
 
 
 def _flag(el: Element, name: str) -> bool:

@@ -305,3 +305,18 @@ def test_a_note_views_inputs_change_with_its_note_only() -> None:
     assert edited != before
     app.delete("note_1")
     assert view.inputs() not in (before, edited)
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+
+def test_a_checked_argument_schema_is_reused_and_a_bad_one_refused_every_time() -> None:
+    good = '<section view="V"><button operation="go" args=\'{"n": "number"}\'>Go</button></section>'
+    first = render_view(good)
+    first.operations[0].args["n"] = "string"  # what one render returned is its own
+    assert render_view(good).operations[0].args == {"n": "number"}
+    bad = '<section view="V"><button operation="go" args=\'{"n": 1}\'>Go</button></section>'
+    for _ in range(2):
+        with pytest.raises(AotuiError) as caught:
+            render_view(bad)
+        assert caught.value.code is ErrorCode.E_APP_ERROR
