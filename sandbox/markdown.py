@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 from lxml.etree import _Element as Element
 
@@ -45,7 +46,33 @@ _EMPHASIS = {"em": "*", "i": "*", "cite": "*", "dfn": "*", "var": "*", "strong":
 _EMPHASIS |= {"s": "~~", "strike": "~~", "del": "~~"}
 
 
-Handler = Callable[[Element, Flow], None]
+#: A tag's handler, unbound: called as ``handler(renderer, el, flow)``.
+Handler = Callable[[Any, Element, Flow], None]
+
+_TAGS: dict[str, str] = dict.fromkeys(DROPPED, "_drop")
+_TAGS |= dict.fromkeys(_BLOCKS, "block")
+_TAGS |= dict.fromkeys(_SECTIONS, "_section")
+_TAGS |= dict.fromkeys(("h1", "h2", "h3", "h4", "h5", "h6"), "_heading")
+_TAGS |= dict.fromkeys(("ul", "ol", "menu", "dir"), "_list")
+_TAGS |= dict.fromkeys(_EMPHASIS, "_emphasis")
+_TAGS |= dict.fromkeys(("code", "kbd", "samp", "tt"), "_code")
+_TAGS |= {
+    "br": "_br",
+    "hr": "_hr",
+    "a": "_link",
+    "img": "_img",
+    "pre": "_pre",
+    "blockquote": "_blockquote",
+    "table": "_table",
+    "tr": "_row",
+    "dl": "_dl",
+    "input": "_input",
+    "textarea": "_textarea",
+    "select": "_select",
+}
+# Each renderer class's tag → handler table, built once: building it per render (a bound method
+# per tag) was a fifth of rendering a small view.
+_TABLES: dict[type, dict[str, Handler]] = {}
 
 
 class MarkdownRenderer(TablesMixin):
@@ -57,28 +84,11 @@ class MarkdownRenderer(TablesMixin):
     def __init__(self) -> None:
         #: Level of the last heading in scope; semantic list headings go one deeper.
         self.heading = 0
-        handlers: dict[str, Handler] = dict.fromkeys(DROPPED, self._drop)
-        handlers |= dict.fromkeys(_BLOCKS, self.block)
-        handlers |= dict.fromkeys(_SECTIONS, self._section)
-        handlers |= dict.fromkeys(("h1", "h2", "h3", "h4", "h5", "h6"), self._heading)
-        handlers |= dict.fromkeys(("ul", "ol", "menu", "dir"), self._list)
-        handlers |= dict.fromkeys(_EMPHASIS, self._emphasis)
-        handlers |= dict.fromkeys(("code", "kbd", "samp", "tt"), self._code)
-        handlers |= {
-            "br": self._br,
-            "hr": self._hr,
-            "a": self._link,
-            "img": self._img,
-            "pre": self._pre,
-            "blockquote": self._blockquote,
-            "table": self._table,
-            "tr": self._row,
-            "dl": self._dl,
-            "input": self._input,
-            "textarea": self._textarea,
-            "select": self._select,
-        }
-        self._handlers = handlers
+        cls = type(self)
+        table = _TABLES.get(cls)
+        if table is None:
+            table = _TABLES[cls] = {tag: getattr(cls, name) for tag, name in _TAGS.items()}
+        self._handlers = table
 
     # --- hooks for the view renderer --------------------------------------------------------
 
@@ -127,7 +137,7 @@ class MarkdownRenderer(TablesMixin):
         if handler is None:
             self.children(el, flow)
         else:
-            handler(el, flow)
+            handler(self, el, flow)
 
     def children(self, el: Element, flow: Flow) -> None:
         """Render an element's content into ``flow``."""
@@ -149,7 +159,7 @@ class MarkdownRenderer(TablesMixin):
                     if handler is None:
                         self.children(child, flow)
                     else:
-                        handler(child, flow)
+                        handler(self, child, flow)
             tail = child.tail
             if tail:
                 flow.inline.append(tail)

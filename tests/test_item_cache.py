@@ -320,3 +320,24 @@ def test_a_checked_argument_schema_is_reused_and_a_bad_one_refused_every_time() 
         with pytest.raises(AotuiError) as caught:
             render_view(bad)
         assert caught.value.code is ErrorCode.E_APP_ERROR
+
+
+def test_a_renderer_subclass_dispatches_to_its_own_handlers() -> None:
+    from lxml import etree
+
+    from aotui.sandbox.flow import Flow
+    from aotui.sandbox.markdown import MarkdownRenderer
+
+    class Ruled(MarkdownRenderer):
+        def _hr(self, el: Any, flow: Flow) -> None:
+            flow.add(("hr", 0, ["* * *"]))
+
+    def rendered(renderer: MarkdownRenderer) -> list[Any]:
+        flow = Flow()
+        renderer.children(etree.fromstring("<div><p>a</p><hr/></div>"), flow)
+        return flow.blocks
+
+    # The tag tables are built once per class: each class keeps its own.
+    for _ in range(2):
+        assert rendered(Ruled())[-1] == ("hr", 0, ["* * *"])
+        assert rendered(MarkdownRenderer())[-1] == ("hr", 0, ["---"])
