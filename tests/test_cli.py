@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
+from tests.processes import started_by_this_test
 
 Start = Callable[..., RunningDesktop]
 
@@ -171,17 +172,13 @@ def test_workers_die_with_a_killed_supervisor(start_desktop: Start) -> None:
 
 
 def test_demo_runs_and_cleans_up() -> None:
-    before = {p.pid for p in psutil.process_iter()}
     result = aotui("demo", timeout=120)
     assert result.returncode == 0, result.stderr
     for expected in ("snapshot T1", "agent", "reply_message", "Me.", "demo finished"):
         assert expected in result.stdout
 
-    def only_old_processes() -> bool:
-        new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before]
-        return not any("supervisor" in " ".join(p.info["cmdline"] or []) for p in new)
-
-    wait_for(only_old_processes, 10, "the demo's processes to exit")
+    # Only what this demo started: other desktops may run on the machine meanwhile.
+    wait_for(lambda: not started_by_this_test(), 10, "the demo's processes to exit")
 
 
 @pytest.mark.parametrize("flag", ["--plain", "--json"])

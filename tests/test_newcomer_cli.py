@@ -27,6 +27,7 @@ from aotui.protocol.errors import ErrorCode
 from aotui.supervisor.interface.client import Client, DesktopUnavailable
 from aotui.supervisor.paths import SUN_PATH_MAX, is_listening, unix_address
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
+from tests.processes import started_by_this_test
 
 Start = Callable[..., RunningDesktop]
 
@@ -432,7 +433,6 @@ def test_demo_shows_why_an_app_could_not_start(tmp_path: Path) -> None:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]),
     }
-    before = {p.pid for p in psutil.process_iter()}
     result = aotui("demo", env=env, timeout=120)
     assert result.returncode == 70, result.stderr
     assert "could not start" in result.stderr
@@ -440,8 +440,5 @@ def test_demo_shows_why_an_app_could_not_start(tmp_path: Path) -> None:
     assert "the chat cannot start on this machine" in result.stderr
     assert "is not running; open it first" not in result.stderr  # the old, misleading line
 
-    def only_old_processes() -> bool:
-        new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before]
-        return not any("aotui" in " ".join(p.info["cmdline"] or []) for p in new)
-
-    wait_for(only_old_processes, 10, "the demo's processes to exit")
+    # Only what this demo started: other desktops may run on the machine meanwhile.
+    wait_for(lambda: not started_by_this_test(), 10, "the demo's processes to exit")
