@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aotui.supervisor.interface.client import Client, DesktopUnavailable  # noqa: E402
+from aotui.supervisor.interface.launch import DesktopLaunch, launch_desktop  # noqa: E402
 
 TEST_APPS = ROOT / "tests" / "apps"
 
@@ -41,44 +40,21 @@ class Desktop:
         lines = ["apps = " + json.dumps([str(a) for a in apps])]
         lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
         config.write_text("\n".join(lines) + "\n")
-        env = {**os.environ, "AOTUI_HOME": str(self.tmp / "home")}
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aotui.supervisor",
-                "up",
-                "--desktop",
-                "bench",
-                "--config",
-                str(config),
-                "--socket",
-                str(self.tmp / "run"),
-            ],
+        launch = DesktopLaunch(
+            "bench",
+            config,
+            self.tmp / "run",
+            env={**os.environ, "AOTUI_HOME": str(self.tmp / "home")},
+            log=self.tmp / "supervisor.out",  # quoted when it fails to start
             cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
         )
-        self.client = Client("bench", str(self.tmp / "run"), timeout_s=60)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                self.client.ping(timeout_s=0.5)
-                break
-            except DesktopUnavailable:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise
-                time.sleep(0.05)
+        self.supervisor = launch_desktop(launch)
+        self.process = self.supervisor.process
+        self.client = self.supervisor.client(timeout_s=60)
 
     def close(self) -> None:
-        try:
-            self.client.shutdown()
-        except Exception:  # noqa: BLE001 - a bench's teardown kills the supervisor whatever failed
-            self.process.kill()
         self.client.close()
-        self.process.wait(timeout=30)
+        self.supervisor.stop(30)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

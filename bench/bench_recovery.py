@@ -15,7 +15,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +30,11 @@ sys.path.insert(0, str(ROOT))
 
 from aotui.protocol.errors import AotuiError  # noqa: E402
 from aotui.supervisor.interface.client import Client, DesktopUnavailable  # noqa: E402
+from aotui.supervisor.interface.launch import (  # noqa: E402
+    DesktopLaunch,
+    LaunchedDesktop,
+    spawn_desktop,
+)
 from bench.bench_desktop import TEST_APPS, _copies, _pct  # noqa: E402
 
 APPS = 10
@@ -95,18 +99,17 @@ def installed_env(home: Path, cache: Path) -> dict[str, str]:
     return env
 
 
-def _start(config: Path, runtime: Path, home: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "aotui.supervisor", "up", "--desktop", "recovery"]
-    command += ["--config", str(config), "--socket", str(runtime)]
-    with open(config.parent / "supervisor.out", "ab") as log:  # why a start failed
-        return subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=installed_env(home, config.parent / "pycache"),
-        )
+def _start(config: Path, runtime: Path, home: Path) -> LaunchedDesktop:
+    """Start the supervisor; its answer is waited for by the caller (timed)."""
+    launch = DesktopLaunch(
+        "recovery",
+        config,
+        runtime,
+        env=installed_env(home, config.parent / "pycache"),
+        log=config.parent / "supervisor.out",  # why a start failed
+        cwd=ROOT,
+    )
+    return spawn_desktop(launch)
 
 
 def _until(condition: Any, what: str, timeout_s: float = 30.0, pause_s: float = 0.002) -> None:
@@ -139,31 +142,28 @@ class _Desktop:
         lines += [f"{key} = {json.dumps(value)}" for key, value in SETTINGS.items()]
         self.config.write_text("\n".join(lines) + "\n")
         self.runtime, self.home = tmp / "run", tmp / "home"
-        self.process = _start(self.config, self.runtime, self.home)
-        self.client = Client("recovery", str(self.runtime), timeout_s=30)
-        _until(lambda: self.client.ping(timeout_s=0.2) is not None, "the desktop answering")
+        self.supervisor = _start(self.config, self.runtime, self.home)
+        self.supervisor.wait_answering()
+        self.client = self.supervisor.client(timeout_s=30)
         opens = ";".join(f"open --application app_{i}" for i in range(APPS))
         self.client.execute(f"<context>{opens}</context>")
 
     def kill(self) -> set[int]:
         """kill -9 the supervisor; returns the pids of the workers it had (they die with it)."""
-        family = psutil.Process(self.process.pid).children(recursive=True)
+        family = psutil.Process(self.supervisor.pid).children(recursive=True)
         workers = {row["pid"] for row in self.client.status()["apps"]}
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+        self.supervisor.kill()
         psutil.wait_procs(family, timeout=10)
         return workers
 
     def up(self) -> None:
-        self.process = _start(self.config, self.runtime, self.home)
+        """Start the supervisor again and wait until it answers (probing every millisecond)."""
+        self.supervisor = _start(self.config, self.runtime, self.home)
+        self.supervisor.wait_answering(retry_s=0.001)
 
     def close(self) -> None:
-        try:
-            self.client.shutdown()
-        except (AotuiError, DesktopUnavailable):
-            self.process.kill()
         self.client.close()
-        self.process.wait(timeout=30)
+        self.supervisor.stop(30)
 
 
 def bench_worker_kill(kills: int = 20, gap_s: float = 1.0) -> dict[str, float]:
@@ -220,7 +220,6 @@ def bench_supervisor_kill(runs: int = 5, loaded: bool = True) -> dict[str, float
                 before = desktop.kill()
                 began = time.perf_counter()
                 desktop.up()
-                _until(lambda: client.ping(timeout_s=0.2) is not None, "up", pause_s=0.001)
                 up = (time.perf_counter() - began) * 1000
                 if loaded:
                     _until(lambda b=before: _all_running(client, b), "all running", pause_s=0.005)

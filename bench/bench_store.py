@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,8 +18,11 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aotui.protocol.errors import AotuiError  # noqa: E402
-from aotui.supervisor.interface.client import Client, DesktopUnavailable  # noqa: E402
+from aotui.supervisor.interface.launch import (  # noqa: E402
+    DesktopLaunch,
+    LaunchedDesktop,
+    spawn_desktop,
+)
 from bench.bench_desktop import TEST_APPS, Desktop, _copies, _pct  # noqa: E402
 
 BUMP = '<context app_id="{app}" view_id="view_0">execute bump</context>'
@@ -51,26 +52,19 @@ def bench_ack_latency(n: int = 1000) -> dict[str, float]:
     return figures
 
 
-def _start(config: Path, runtime: Path, home: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aotui.supervisor",
-            "up",
-            "--desktop",
-            "crash",
-            "--config",
-            str(config),
-            "--socket",
-            str(runtime),
-        ],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def _start(config: Path, runtime: Path, home: Path) -> LaunchedDesktop:
+    """Start the crash desktop and wait until it answers (probing every 5 ms while it starts)."""
+    launch = DesktopLaunch(
+        "crash",
+        config,
+        runtime,
         env={**os.environ, "AOTUI_HOME": str(home)},
+        log=config.parent / "supervisor.out",  # quoted when it fails to start
+        cwd=ROOT,
     )
+    supervisor = spawn_desktop(launch)
+    supervisor.wait_answering(retry_s=0.005)
+    return supervisor
 
 
 def bench_supervisor_crash(runs: int = 5, apps: int = 10) -> dict[str, float]:
@@ -82,10 +76,9 @@ def bench_supervisor_crash(runs: int = 5, apps: int = 10) -> dict[str, float]:
         config = tmp / "desktop.toml"
         config.write_text("apps = " + json.dumps([str(d) for d in dirs]) + "\n")
         runtime, home = tmp / "run", tmp / "home"
-        process = _start(config, runtime, home)
-        client = Client("crash", str(runtime), timeout_s=30)
+        supervisor = _start(config, runtime, home)
+        client = supervisor.client(timeout_s=30)
         try:
-            _wait_up(client, process)
             client.execute(
                 "<context>"
                 + ";".join(f"open --application app_{i}" for i in range(apps))
@@ -96,13 +89,11 @@ def bench_supervisor_crash(runs: int = 5, apps: int = 10) -> dict[str, float]:
                 for i in range(apps)
             }
             for _ in range(runs):
-                family = psutil.Process(process.pid).children(recursive=True)
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
+                family = psutil.Process(supervisor.pid).children(recursive=True)
+                supervisor.kill()
                 psutil.wait_procs(family, timeout=10)
                 began = time.perf_counter()
-                process = _start(config, runtime, home)
-                _wait_up(client, process)
+                supervisor = _start(config, runtime, home)
                 for app, count in counts.items():
                     result = client.execute(BUMP.format(app=app))["results"][0]
                     if result != count + 1:
@@ -110,12 +101,8 @@ def bench_supervisor_crash(runs: int = 5, apps: int = 10) -> dict[str, float]:
                     counts[app] = result
                 samples.append((time.perf_counter() - began) * 1000)
         finally:
-            try:
-                client.shutdown()
-            except AotuiError:
-                process.kill()
             client.close()
-            process.wait(timeout=30)
+            supervisor.stop(30)
     p50 = _pct(samples, 0.5)
     print(
         f"supervisor kill -9 → {apps}-app desktop serving with all state ({runs} crashes): "
@@ -123,18 +110,6 @@ def bench_supervisor_crash(runs: int = 5, apps: int = 10) -> dict[str, float]:
         f"{'PASS' if max(samples) <= 1000 else 'MISS'}"
     )
     return {"crash_recovery_p50_ms": p50, "crash_recovery_max_ms": max(samples)}
-
-
-def _wait_up(client: Client, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.ping(timeout_s=0.2)
-            return
-        except DesktopUnavailable:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)
 
 
 def bench_soak(seconds: float = 60.0) -> dict[str, float]:
@@ -158,8 +133,9 @@ def bench_soak(seconds: float = 60.0) -> dict[str, float]:
     )
     print(
         f"supervisor RSS start {rss0 / mb:.1f} MB, warm {report.rss['warm'] / mb:.1f} MB, "
-        f"end {report.rss['end'] / mb:.1f} MB; fds start {fds0}, warm {report.fds['warm']}, "
-        f"end {report.fds['end']}"
+        f"end {report.rss['end'] / mb:.1f} MB ({report.growth():+.1f} % from warm-up; goal "
+        f"≤ +10 %); fds start {fds0}, warm {report.fds['warm']}, end {report.fds['end']}; "
+        f"load average {' '.join(f'{load:.1f}' for load in os.getloadavg())}"
     )
     for code, messages in sorted(report.messages.items()):
         print(f"{code} (first {len(messages)}):")
@@ -169,6 +145,7 @@ def bench_soak(seconds: float = 60.0) -> dict[str, float]:
     return {
         "soak_rss_warm_mb": report.rss["warm"] / mb,
         "soak_rss_end_mb": report.rss["end"] / mb,
+        "soak_rss_growth_pct": report.growth(),
         "soak_fds_warm": report.fds["warm"],
         "soak_fds_end": report.fds["end"],
     }

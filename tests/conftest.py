@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.client import Client
+from aotui.supervisor.interface.launch import DesktopLaunch, LaunchedDesktop, launch_desktop
 from aotui.supervisor.workers import app_tmp
 
 TEST_APPS = Path(__file__).parent / "apps"
@@ -44,11 +44,16 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str
 class RunningDesktop:
     """A supervisor process started for one test, with a client connected to it."""
 
-    process: subprocess.Popen[bytes]
+    launched: LaunchedDesktop
     runtime: Path
     name: str
     client: Client
     clients: list[Client] = field(default_factory=list)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        """The supervisor's process."""
+        return self.launched.process
 
     def new_client(self, **kwargs: object) -> Client:
         """Another client on the same desktop (closed at teardown)."""
@@ -156,6 +161,42 @@ def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
         app_tmp.forget_base(record.parent)
 
 
+def run_desktop(launch: DesktopLaunch) -> RunningDesktop:
+    """Start a desktop and wait until it answers; :func:`stop_desktop` stops it.
+
+    A supervisor that exits first fails the test with its exit code and the end of its output.
+    """
+    launched = launch_desktop(launch)
+    runtime = launched.paths.root.parent
+    return RunningDesktop(launched, runtime, launch.desktop, launched.client(timeout_s=20))
+
+
+def stop_desktop(desktop: RunningDesktop) -> None:
+    """Stop a test's desktop; fails if any process it started (zygote, workers) outlives it."""
+    family = desktop.descendants()
+    with contextlib.suppress(psutil.NoSuchProcess):
+        family.append(psutil.Process(desktop.process.pid))
+    for client in desktop.clients:
+        client.close()
+    desktop.client.close()
+    desktop.launched.stop()
+    _gone, alive = psutil.wait_procs(family, timeout=5)
+    for leftover in alive:
+        leftover.kill()
+    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+
+
+def stop_desktops(desktops: list[RunningDesktop]) -> None:
+    """Stop every desktop, even after one that left processes behind; then fail if any did."""
+    left: list[str] = []
+    for desktop in desktops:
+        try:
+            stop_desktop(desktop)
+        except AssertionError as exc:
+            left.append(str(exc))
+    assert not left, left
+
+
 @pytest.fixture
 def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
     """Start desktops with the given apps; stops them and checks nothing is left behind."""
@@ -170,62 +211,11 @@ def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
         ]
         name = name or f"t{len(started)}"
         config = write_config(tmp_path / f"{name}.toml", app_dirs, **settings)
-        runtime = tmp_path / "run"
-        log = open(tmp_path / f"{name}.out", "ab")  # noqa: SIM115 -- closed with the process
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aotui.supervisor",
-                "up",
-                "--desktop",
-                name,
-                "--config",
-                str(config),
-                "--socket",
-                str(runtime),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        desktop = run_desktop(
+            DesktopLaunch(name, config, tmp_path / "run", log=tmp_path / f"{name}.out")
         )
-        log.close()
-        client = Client(name, str(runtime), timeout_s=20)
-        desktop = RunningDesktop(process, runtime, name, client)
         started.append(desktop)
-
-        def up() -> bool:
-            if process.poll() is not None:
-                pytest.fail((tmp_path / f"{name}.out").read_text())
-            try:
-                client.ping(timeout_s=0.5)
-            except DesktopUnavailable:
-                return False
-            return True
-
-        wait_for(up, 30, "the desktop to answer")
         return desktop
 
     yield start
-
-    for desktop in started:
-        family = desktop.descendants()
-        with contextlib.suppress(psutil.NoSuchProcess):
-            family.append(psutil.Process(desktop.process.pid))
-        for client in desktop.clients:
-            client.close()
-        if desktop.process.poll() is None:
-            try:
-                desktop.client.shutdown()
-            except Exception:
-                desktop.process.kill()
-        desktop.client.close()
-        try:
-            desktop.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            desktop.process.kill()
-            desktop.process.wait()
-        _gone, alive = psutil.wait_procs(family, timeout=5)
-        for leftover in alive:
-            leftover.kill()
-        assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+    stop_desktops(started)

@@ -7,7 +7,6 @@ driven by the MCP SDK's client; the markup, SDK and config parts also directly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import socket
@@ -34,7 +33,8 @@ from aotui.supervisor.desktop.confirmations import (
     Verdict,
 )
 from aotui.supervisor.desktop.controls import AppPolicy, confirm_rule
-from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.client import Client
+from aotui.supervisor.interface.launch import DesktopLaunch, LaunchedDesktop, launch_desktop
 from aotui.supervisor.manifest import load_manifest
 from tests.conftest import BUNDLED_APPS, TEST_APPS, wait_for
 
@@ -212,7 +212,7 @@ class Desktop:
 
     name: str
     runtime: Path
-    process: subprocess.Popen[bytes]
+    launched: LaunchedDesktop
     client: Client
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -260,41 +260,19 @@ def desktop(tmp_path: Path) -> Iterator[Callable[..., Desktop]]:
         config = tmp_path / f"{name}.toml"
         config.write_text(f"apps = [{apps}]\n{extra}\n{POLICY}")
         runtime = tmp_path / "run"
-        with open(tmp_path / f"{name}.out", "ab") as log:
-            where = ["--desktop", name, "--config", str(config), "--socket", str(runtime)]
-            process = subprocess.Popen(
-                [sys.executable, "-m", "aotui.supervisor", "up", *where],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        found = Desktop(name, runtime, process, Client(name, str(runtime), timeout_s=20))
+        launched = launch_desktop(
+            DesktopLaunch(name, config, runtime, log=tmp_path / f"{name}.out")
+        )
+        found = Desktop(name, runtime, launched, launched.client(timeout_s=20))
         started.append(found)
-
-        def up() -> bool:
-            if process.poll() is not None:
-                pytest.fail((tmp_path / f"{name}.out").read_text())
-            with contextlib.suppress(DesktopUnavailable):
-                found.client.ping(timeout_s=0.5)
-                return True
-            return False
-
-        wait_for(up, 30, "the desktop to answer")
         opened = found.cli("exec", "-q", f"<context>open --application {VAULT_ID}</context>")
         assert opened.returncode == 0, opened.stderr
         return found
 
     yield start
     for found in started:
-        if found.process.poll() is None:
-            with contextlib.suppress(Exception):
-                found.client.shutdown()
         found.client.close()
-        try:
-            found.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            found.process.kill()
-            found.process.wait()
+        found.launched.stop()
 
 
 def balance(desktop: Desktop) -> tuple[int, int]:

@@ -9,14 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import zmq
 import zmq.asyncio
@@ -24,9 +22,16 @@ import zmq.asyncio
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Ack, Message, Ping
-from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.launch import DesktopLaunch
 from aotui.supervisor.workers.handle import WorkerHandle
-from tests.conftest import TEST_APPS, RunningDesktop, wait_for, write_config
+from tests.conftest import (
+    TEST_APPS,
+    RunningDesktop,
+    run_desktop,
+    stop_desktop,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -206,44 +211,13 @@ def buggy_desktop(tmp_path: Path) -> Iterator[tuple[RunningDesktop, Path]]:
         tmp_path / "bug.toml", [str(TEST_APPS / "echo")], operation_timeout_ms=30_000
     )
     runtime, flag = tmp_path / "run", tmp_path / "inject"
-    argv = ["up", "--desktop", "bug", "--config", str(config), "--socket", str(runtime)]
-    with open(tmp_path / "bug.out", "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-c", _INJECT, str(flag), *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    desktop = RunningDesktop(process, runtime, "bug", Client("bug", str(runtime), timeout_s=20))
+    program = (sys.executable, "-c", _INJECT, str(flag))
+    launch = DesktopLaunch("bug", config, runtime, log=tmp_path / "bug.out", program=program)
+    desktop = run_desktop(launch)
     try:
-
-        def up() -> bool:
-            if process.poll() is not None:
-                pytest.fail((tmp_path / "bug.out").read_text())
-            try:
-                desktop.client.ping(timeout_s=0.5)
-            except DesktopUnavailable:
-                return False
-            return True
-
-        wait_for(up, 30, "the desktop to answer")
         yield desktop, flag
     finally:
-        family = desktop.descendants()
-        with contextlib.suppress(psutil.NoSuchProcess):
-            family.append(psutil.Process(process.pid))
-        if process.poll() is None:
-            with contextlib.suppress(AotuiError, DesktopUnavailable, OSError):
-                desktop.client.shutdown()
-        desktop.client.close()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        _gone, alive = psutil.wait_procs(family, timeout=5)
-        for leftover in alive:
-            leftover.kill()
+        stop_desktop(desktop)
 
 
 def test_a_reader_bug_in_the_supervisor_is_a_logged_crash_not_a_timeout(

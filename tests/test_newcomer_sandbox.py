@@ -8,14 +8,12 @@ that each app has a temporary directory of its own that is gone once the app clo
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.resources
 import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,10 +24,18 @@ import pytest
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.sandbox import handles
 from aotui.sandbox import probe as probe_module
-from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.client import Client
+from aotui.supervisor.interface.launch import DesktopLaunch
 from aotui.supervisor.workers.uids import UID_BASE, UidAllocator
 from tests.confined import APP, APP_UID, run_confined
-from tests.conftest import BUNDLED_APPS, TEST_APPS, RunningDesktop, wait_for, write_config
+from tests.conftest import (
+    BUNDLED_APPS,
+    TEST_APPS,
+    RunningDesktop,
+    run_desktop,
+    stop_desktops,
+    write_config,
+)
 
 Start = Callable[..., RunningDesktop]
 ROOT = os.geteuid() == 0
@@ -212,50 +218,22 @@ def test_stale_temp_dirs_are_removed_when_the_desktop_starts(
 @pytest.fixture
 def default_desktops(tmp_path: Path) -> Iterator[Callable[[str], Client]]:
     """Start desktops all named ``default``, each with its own AOTUI_HOME and runtime dir."""
-    started: list[tuple[subprocess.Popen[bytes], Client]] = []
+    started: list[RunningDesktop] = []
 
     def start(label: str) -> Client:
         root = tmp_path / f"{label}-files"
         root.mkdir()
-        config = write_config(root / "desktop.toml", [str(TEST_APPS / "echo")])
-        runtime = tmp_path / label  # short: worker sockets live below it
-        command = [sys.executable, "-m", "aotui.supervisor", "up", "--config", str(config)]
-        process = subprocess.Popen(
-            [*command, "--socket", str(runtime)],
+        launch = DesktopLaunch(
+            config=write_config(root / "desktop.toml", [str(TEST_APPS / "echo")]),
+            socket=tmp_path / label,  # short: worker sockets live below it
             env={**os.environ, "AOTUI_HOME": str(root / "home")},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            log=root / "supervisor.out",
         )
-        client = Client("default", str(runtime), timeout_s=20)
-        started.append((process, client))
-
-        def up() -> bool:
-            assert process.poll() is None, f"the desktop {label} exited"
-            try:
-                client.ping(timeout_s=0.5)
-            except DesktopUnavailable:
-                return False
-            return True
-
-        wait_for(up, 30, f"the desktop {label} to answer")
-        return client
+        started.append(run_desktop(launch))
+        return started[-1].client
 
     yield start
-    for process, client in started:
-        family = psutil.Process(process.pid).children(recursive=True)
-        with contextlib.suppress(Exception):
-            client.shutdown()
-        client.close()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        _gone, alive = psutil.wait_procs(family, timeout=5)
-        for leftover in alive:
-            leftover.kill()
-        assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+    stop_desktops(started)
 
 
 def worker_uid(client: Client, app: str) -> int:

@@ -24,11 +24,18 @@ import psutil
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.launch import AOTUI, DesktopLaunch
 from aotui.supervisor.server.registry import SnapshotRegistry
 from aotui.supervisor.store.faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
 from aotui.supervisor.store.store import SCHEMA_VERSION, DesktopStore
-from tests.conftest import TEST_APPS, RunningDesktop, wait_for, write_config
+from tests.conftest import (
+    TEST_APPS,
+    RunningDesktop,
+    run_desktop,
+    stop_desktops,
+    wait_for,
+    write_config,
+)
 
 Start = Callable[..., RunningDesktop]
 BUMP = '<context app_id="{app}" view_id="view_0">execute bump</context>'
@@ -240,29 +247,17 @@ def tiny_disk(tmp_path: Path) -> Iterator[TinyDisk]:
 def ns_desktop(
     disk: TinyDisk, tmp_path: Path, name: str, apps: list[str], started: list[RunningDesktop]
 ) -> RunningDesktop:
-    """A supervisor whose AOTUI_HOME is on the tiny disk (its sockets are not)."""
+    """A supervisor whose AOTUI_HOME is on the tiny disk (its sockets are not), answering."""
     config = write_config(tmp_path / f"{name}.toml", [str(TEST_APPS / a) for a in apps])
-    runtime = tmp_path / "run"
-    log = open(tmp_path / f"{name}.out", "ab")  # noqa: SIM115 -- closed with the process
-    process = subprocess.Popen(
-        disk.command(
-            sys.executable,
-            "-m",
-            "aotui.supervisor",
-            "up",
-            "--desktop",
-            name,
-            "--config",
-            str(config),
-            "--socket",
-            str(runtime),
-        ),
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    launch = DesktopLaunch(
+        name,
+        config,
+        tmp_path / "run",
         env={**os.environ, "AOTUI_HOME": str(disk.mount / "home")},
+        log=tmp_path / f"{name}.out",
+        program=tuple(disk.command(*AOTUI)),
     )
-    log.close()
-    desktop = RunningDesktop(process, runtime, name, Client(name, str(runtime), timeout_s=20))
+    desktop = run_desktop(launch)
     started.append(desktop)
     return desktop
 
@@ -272,34 +267,7 @@ def ns_started() -> Iterator[list[RunningDesktop]]:
     """Supervisors a test started in a namespace: all gone at teardown, whatever happened."""
     started: list[RunningDesktop] = []
     yield started
-    for desktop in started:
-        family = desktop.descendants()
-        if desktop.process.poll() is None:
-            with contextlib.suppress(Exception):
-                desktop.client.shutdown()
-            try:
-                desktop.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                desktop.process.kill()
-                desktop.process.wait()
-        desktop.client.close()
-        _gone, alive = psutil.wait_procs(family, timeout=5)
-        for leftover in alive:
-            leftover.kill()
-        assert not alive, f"processes left behind: {[p.pid for p in alive]}"
-
-
-def wait_up(desktop: RunningDesktop, tmp_path: Path) -> None:
-    def up() -> bool:
-        if desktop.process.poll() is not None:
-            pytest.fail((tmp_path / f"{desktop.name}.out").read_text())
-        try:
-            desktop.client.ping(timeout_s=0.5)
-        except DesktopUnavailable:
-            return False
-        return True
-
-    wait_for(up, 30, "the desktop to answer")
+    stop_desktops(started)
 
 
 # --- item 2: an I/O or space error is never damage; repair never moves a healthy store --------
@@ -310,7 +278,6 @@ def test_full_disk_is_an_io_error_never_damage(
     tiny_disk: TinyDisk, tmp_path: Path, ns_started: list[RunningDesktop]
 ) -> None:
     desktop = ns_desktop(tiny_disk, tmp_path, "full", ["echo"], ns_started)
-    wait_up(desktop, tmp_path)
     desktop.client.execute("<context>open --application app_0</context>")
     assert bump(desktop, "app_0", 10) == 10
     stop(desktop)
@@ -351,7 +318,6 @@ def test_full_disk_is_an_io_error_never_damage(
 
     tiny_disk.free()
     again = ns_desktop(tiny_disk, tmp_path, "full", ["echo"], ns_started)
-    wait_up(again, tmp_path)
     assert bump(again, "app_0", 1) == 11  # all 10 acknowledged bumps are there
 
 
@@ -562,7 +528,6 @@ def test_unwritable_store_refuses_changes_and_recovers(
     tiny_disk: TinyDisk, tmp_path: Path, ns_started: list[RunningDesktop]
 ) -> None:
     desktop = ns_desktop(tiny_disk, tmp_path, "sick", ["hoarder"], ns_started)
-    wait_up(desktop, tmp_path)
     client = desktop.client
     client.execute("<context>open --application app_0</context>")
     for i in range(3):
@@ -612,7 +577,6 @@ def test_unwritable_store_refuses_changes_and_recovers(
     os.kill(desktop.process.pid, signal.SIGKILL)
     desktop.process.wait(timeout=10)
     again = ns_desktop(tiny_disk, tmp_path, "sick", ["hoarder"], ns_started)
-    wait_up(again, tmp_path)
     wait_for(lambda: items_shown(again) is not None, 10, "the app to reopen")
     assert items_shown(again) == acked  # exactly the acknowledged writes, no refused one
 

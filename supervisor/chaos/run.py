@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -40,7 +39,7 @@ from aotui.supervisor.chaos.history import (
 )
 from aotui.supervisor.chaos.nemesis import CHAOS_ENV, ChaosSetup
 from aotui.supervisor.chaos.plan import TIMED, FaultSpec, Plan
-from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.launch import DesktopLaunch, LaunchedDesktop, spawn_desktop
 
 __all__ = ["DESKTOP", "ChaosRun", "RunResult"]
 
@@ -106,7 +105,7 @@ class ChaosRun:
         self.config_extra = config_extra
         self.runtime = self.workdir / "run"
         self.home = self.workdir / "home"
-        self.supervisors: list[subprocess.Popen[bytes]] = []
+        self.supervisors: list[LaunchedDesktop] = []
         self.seen: set[int] = set()  # every pid of the run we ever saw
         self.mounted: Path | None = None
 
@@ -171,45 +170,22 @@ class ChaosRun:
             killed_at,
             generation=len(self.supervisors),
         ).write(setup)
-        env = {**self.env(), CHAOS_ENV: str(setup)}
-        command = [
-            sys.executable,
-            "-m",
-            "aotui.supervisor",
-            "up",
-            "--desktop",
+        launch = DesktopLaunch(
             DESKTOP,
-            "--config",
-            str(self._config()),
-        ]
-        with open(self.workdir / "supervisor.log", "ab") as log:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=env,
-                start_new_session=True,
-            )
-        self.supervisors.append(process)
-        self.seen.add(process.pid)
-        deadline = time.monotonic() + START_S
-        with Client(DESKTOP, str(self.runtime)) as client:
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    raise DesktopUnavailable(
-                        f"the chaos desktop exited at start; see {self.workdir / 'supervisor.log'}"
-                    )
-                with contextlib.suppress(DesktopUnavailable, AotuiError):
-                    if client.ping(timeout_s=0.5)["pid"] == process.pid:
-                        return process.pid
-                time.sleep(0.05)
-        process.kill()
-        raise DesktopUnavailable(f"the chaos desktop did not answer in {START_S:g} s")
+            self._config(),
+            env={**self.env(), CHAOS_ENV: str(setup)},  # its AOTUI_SOCKET is the run's runtime
+            log=self.workdir / "supervisor.log",
+            new_session=True,
+        )
+        supervisor = spawn_desktop(launch)
+        self.supervisors.append(supervisor)
+        self.seen.add(supervisor.pid)
+        supervisor.wait_answering(START_S)
+        return supervisor.pid
 
     def _kill_supervisor(self, writer: HistoryWriter, fid: str, spec: FaultSpec) -> None:
         """kill -9 the supervisor, then ``up`` again (the new one records its recovery)."""
-        process = self.supervisors[-1]
+        process = self.supervisors[-1].process
         self._remember_pids()
         writer.append(
             EventKind.FAULT,
@@ -267,27 +243,16 @@ class ChaosRun:
                 )
 
     def _stop_supervisor(self) -> None:
-        process = self.supervisors[-1] if self.supervisors else None
-        if process is None or process.poll() is not None:
-            return
-        with (
-            contextlib.suppress(DesktopUnavailable, AotuiError),
-            Client(DESKTOP, str(self.runtime)) as client,
-        ):
-            client.call("shutdown", timeout_s=5.0)
-        try:
-            process.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if self.supervisors:
+            self.supervisors[-1].stop(STOP_S)
 
     # --- processes ------------------------------------------------------------------------------
 
     def _remember_pids(self) -> None:
-        for process in self.supervisors:
+        for supervisor in self.supervisors:
             with contextlib.suppress(psutil.Error):
                 self.seen.update(
-                    c.pid for c in psutil.Process(process.pid).children(recursive=True)
+                    c.pid for c in psutil.Process(supervisor.pid).children(recursive=True)
                 )
 
     def _alive(self) -> list[int]:

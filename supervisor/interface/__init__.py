@@ -3,6 +3,8 @@
 - :mod:`~supervisor.interface.client` — ``Client``, the Python API over the control socket;
   :mod:`~supervisor.interface.cli` — ``aotui``, with :mod:`~supervisor.interface.reports` (tables),
   :mod:`~supervisor.interface.watch` and :mod:`~supervisor.interface.demo`.
+- :mod:`~supervisor.interface.launch` — ``launch_desktop``: start a supervisor process and wait
+  until it answers (``up --detach``, the demo, the chaos runner, benchmarks and tests use it).
 
 - :mod:`~supervisor.interface.serve` — ``serve_desktop``: a supervisor with these faces attached
   (what ``aotui up`` runs).

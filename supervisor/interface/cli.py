@@ -140,40 +140,27 @@ def _claim_store(args: argparse.Namespace, desktop: str, durability: str) -> Non
 
 def _up_detached(args: argparse.Namespace, desktop: str, paths: DesktopPaths) -> int:
     """Start the supervisor in a session of its own and wait until it answers."""
-    import subprocess
+    from pathlib import Path
 
+    from aotui.supervisor.interface.launch import DesktopExited, DesktopLaunch, spawn_desktop
     from aotui.supervisor.store.faults import StoreHeld
     from aotui.supervisor.store.lock import lock_holder
 
-    stored = store_path(desktop)
     paths.create()
-    command = [sys.executable, "-m", "aotui.supervisor", "up", "--desktop", desktop]
-    if args.config:
-        command += ["--config", args.config]
-    if args.socket:
-        command += ["--socket", args.socket]
-    with open(paths.log, "ab") as log:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-        )
-    deadline = time.monotonic() + 30
-    with Client(desktop, args.socket) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                holder = lock_holder(stored)
-                if holder is not None:  # another `up` won the race for this desktop
-                    raise StoreHeld(stored, holder)
-                raise DesktopUnavailable(f"the desktop exited at start; see {paths.log}")
-            try:
-                info = client.ping(timeout_s=0.5)
-                if info["pid"] == process.pid:
-                    break
-                time.sleep(0.05)  # another supervisor answers: wait for ours to decide
-            except DesktopUnavailable:
-                time.sleep(0.05)
-        else:
-            process.kill()
-            raise DesktopUnavailable(f"the desktop did not start in 30 s; see {paths.log}")
+    launch = DesktopLaunch(
+        desktop,
+        Path(args.config) if args.config else None,
+        Path(args.socket) if args.socket else None,
+        log=paths.log,
+        new_session=True,
+    )
+    try:
+        info = spawn_desktop(launch).wait_answering()
+    except DesktopExited:
+        holder = lock_holder(store_path(desktop))
+        if holder is not None:  # another `up` won the race for this desktop
+            raise StoreHeld(store_path(desktop), holder) from None
+        raise
     _emit(args, info, f"desktop {desktop!r} up (pid {info['pid']}) at {paths.root}")
     return 0
 

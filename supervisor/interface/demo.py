@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.launch import DesktopLaunch, launch_desktop
 
 __all__ = ["run_demo"]
 
@@ -135,38 +134,19 @@ def _report_start_failures(failures: list[str], then: str) -> int:
 def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _script) -> int:
     """Start a private desktop, run the script against it, stop it; returns the exit code."""
     with tempfile.TemporaryDirectory(prefix="aotui-demo-") as runtime:
-        command = [
-            sys.executable,
-            "-m",
-            "aotui.supervisor",
-            "up",
-            "--desktop",
-            "demo",
-            "--socket",
-            runtime,
-        ]
         # A private store too: the demo never touches your desktops.
-        env = {**os.environ, "AOTUI_HOME": str(Path(runtime) / "home")}
-        supervisor = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
+        launch = DesktopLaunch(
+            "demo",
+            socket=Path(runtime),
+            env={**os.environ, "AOTUI_HOME": str(Path(runtime) / "home")},
         )
-        client = Client("demo", runtime, timeout_s=20)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    client.ping(timeout_s=0.5)
-                    break
-                except DesktopUnavailable:
-                    if supervisor.poll() is not None or time.monotonic() > deadline:
-                        err = supervisor.stderr.read().decode() if supervisor.stderr else ""
-                        print(f"aotui demo: the desktop did not start\n{err}", file=sys.stderr)
-                        return 69
-                    time.sleep(0.05)
+            supervisor = launch_desktop(launch)
+        except DesktopUnavailable as exc:
+            print(f"aotui demo: {exc.message}", file=sys.stderr)
+            return exc.code.exit_code
+        client = supervisor.client(timeout_s=20)
+        try:
             apps = client.status()["apps"]
             down = [app for app in apps if app["system"] and app["state"] != "running"]
             failures = _start_failures(client) if down else []
@@ -186,13 +166,5 @@ def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _
             print(f"aotui demo: {exc}", file=sys.stderr)
             return exc.code.exit_code
         finally:
-            try:
-                client.shutdown()
-            except AotuiError:
-                supervisor.kill()
             client.close()
-            try:
-                supervisor.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                supervisor.kill()
-                supervisor.wait()
+            supervisor.stop()
