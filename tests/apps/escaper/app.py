@@ -277,8 +277,17 @@ def packet(_arg: str) -> str:
 def unix_connect(path: str) -> str:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(1)
-        sock.connect(path)
+        sock.connect(_addressable(path))
     return f"connected to {path}"
+
+
+def _addressable(path: str) -> str:
+    """``path``, or past sun_path's 108 bytes the way the desktop reaches it: through an
+    ``O_PATH`` descriptor of its directory (whose open is itself an attempt)."""
+    if len(path.encode()) < 108 or path.startswith("\0"):
+        return path
+    directory = os.open(os.path.dirname(path), os.O_PATH)
+    return f"/proc/self/fd/{directory}/{os.path.basename(path)}"
 
 
 @attempt("unix-abstract")
@@ -305,7 +314,7 @@ def zmq_control(path: str) -> str:
     try:
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(f"ipc://{path}")
+        sock.connect(f"ipc://{_addressable(path)}")
         sock.send(codec.encode(Request(1, "ping", {})))
         if sock.poll(1000):
             return f"the desktop answered: {codec.decode(sock.recv())}"
