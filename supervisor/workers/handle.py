@@ -161,7 +161,7 @@ class WorkerHandle:
     def start(self) -> None:
         """Start reading the channel (and watching it for a dropped connection).
 
-        The socket must have ``ZMQ_MAXMSGSIZE`` set before it connected (see ``AppRunner``).
+        The socket must have ``ZMQ_MAXMSGSIZE`` set before it connected (see ``AppLifecycle``).
         """
         loop = asyncio.get_running_loop()
         self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
