@@ -24,11 +24,13 @@ def test_soak(start_desktop: Start, request: pytest.FixtureRequest) -> None:
     print(f"soak {seconds:.0f} s: {report.commands} commands, {report.kills} kills")
     print(f"errors {report.errors}, first messages {report.messages}")
     print(report.rss_table())
+    print(f"RSS after warm-up {report.rss['warm'] / 2**20:.1f} MB, end {report.growth():+.1f} %")
     assert report.commands > 100, report
     assert report.kills > 0, "the soak never killed a worker"
     assert report.lost == [], report.lost
     assert report.unanswered == [], report.unanswered
     # E_INTERNAL is a bug of ours (CONTRACT §7): a killed worker is E_APP_ERROR or E_TIMEOUT.
     assert "E_INTERNAL" not in report.errors, report.messages["E_INTERNAL"]
-    assert report.rss["end"] <= report.rss["warm"] * 1.10, report.rss_table()
+    # The supervisor's memory follows what it holds (server/memory.py), not how long it ran.
+    assert report.growth() <= 10.0, report.rss_table()
     assert report.fds["end"] <= report.fds["warm"] * 1.10, report.fds

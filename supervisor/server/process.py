@@ -49,6 +49,7 @@ from aotui.supervisor.server.conn_guard import (
     raise_descriptor_limit,
 )
 from aotui.supervisor.server.lease import InputLease
+from aotui.supervisor.server.memory import configure_allocator, trim_when_idle
 from aotui.supervisor.server.sessions import SessionTable, check_session_name
 from aotui.supervisor.server.throttle import SignalThrottle
 
@@ -119,6 +120,7 @@ class Supervisor:
 
     async def serve(self) -> None:
         """Bind, start the desktop, serve until shutdown, then stop every process we started."""
+        configure_allocator()  # before ZeroMQ's and the executor's threads (server/memory.py)
         self.paths.create()
         sockets = (self.paths.control_file, self.paths.signals_file)
         for path in sockets:
@@ -180,6 +182,7 @@ class Supervisor:
                 loop.create_task(guard.run()),
                 loop.create_task(self._serve_control()),
                 loop.create_task(self._publish_trailing()),
+                loop.create_task(trim_when_idle(lambda: self.in_flight > 0)),
             ]
             for service in self.services:
                 await service.start()
