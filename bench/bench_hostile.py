@@ -215,7 +215,7 @@ ATTACKS = [
         "D2c raw 2 MB log lines",
         "flooder",
         _attack("biglog", "2000000", seconds=8),
-        "Flooder: chatter chatter",
+        "Flooder broke the channel protocol (the worker sent a log record",
     ),
     Attack(
         "D3 7 slow HTTP calls",

@@ -51,6 +51,8 @@ from aotui.protocol.structure import sanitize
 from aotui.supervisor.workers.exits import ExitReason
 
 __all__ = [
+    "FRAMES_PER_TURN",
+    "MAX_LOG_FRAME",
     "MAX_WORKER_FRAME",
     "WORKER_QUEUE_FRAMES",
     "WorkerHandle",
@@ -91,6 +93,9 @@ FRAMES_PER_TURN = 16
 #: Log lines one worker may put in System Logs per second; more are counted and dropped, so an
 #: app cannot push other apps' reports (a permission denial, a crash) out of the bounded log.
 LOG_LINES_PER_S = 10
+#: Largest log record frame: the SDK cuts a line at 2,000 characters (8 KB of UTF-8), so a bigger
+#: one was built by hand; its bytes would be received and decoded ten times a second, unshown.
+MAX_LOG_FRAME = 64 << 10
 #: Unsolicited messages a worker may send besides replies, hello and pongs.
 WORKER_MAY_SEND = (FragmentUpdate, LogRecord, HttpCall)
 
@@ -350,6 +355,10 @@ class WorkerHandle:
             return
         if not isinstance(message, WORKER_MAY_SEND):
             raise _violation(f"a {message.KIND!r} message, which workers never send")
+        if isinstance(message, LogRecord) and self.last_frame_bytes > MAX_LOG_FRAME:
+            raise _violation(
+                f"a log record of {self.last_frame_bytes} bytes (at most {MAX_LOG_FRAME})"
+            )
         self.on_message(self, message)
 
     async def close(self) -> None:
