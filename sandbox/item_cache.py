@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # render imports this module
     from aotui.sandbox.render import ViewLink
 
-__all__ = ["CachedItem", "ItemCache"]
+__all__ = ["MAX_ITEMS", "CachedItem", "ItemCache"]
+
+#: Items one render may keep: a view listing more (which the snapshot would cut anyway) renders
+#: the rest afresh rather than hold a second copy of a huge list in the app's memory.
+MAX_ITEMS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +61,9 @@ class ItemCache:
         return found
 
     def put(self, key: tuple[int, bytes], item: CachedItem) -> None:
-        """Remember an item rendered in this render."""
-        self.fresh[key] = item
+        """Remember an item rendered in this render (up to :data:`MAX_ITEMS` of them)."""
+        if len(self.fresh) < MAX_ITEMS:
+            self.fresh[key] = item
 
     def finish(self) -> None:
         """End a render: keep what it used, forget the rest (a failed render keeps the old)."""

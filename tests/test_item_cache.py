@@ -341,3 +341,14 @@ def test_a_renderer_subclass_dispatches_to_its_own_handlers() -> None:
     for _ in range(2):
         assert rendered(Ruled())[-1] == ("hr", 0, ["* * *"])
         assert rendered(MarkdownRenderer())[-1] == ("hr", 0, ["---"])
+
+
+def test_the_cache_keeps_at_most_max_items_of_a_huge_list() -> None:
+    from aotui.sandbox.item_cache import MAX_ITEMS
+
+    cache = ItemCache()
+    items = [f'<li key="k{i}">Item {i}</li>' for i in range(MAX_ITEMS + 50)]
+    for _ in range(2):
+        both(doc(items), cache)
+    assert len(cache) == MAX_ITEMS
+    assert cache.hits == MAX_ITEMS
