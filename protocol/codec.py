@@ -54,7 +54,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.frame_guard import FrameRefused, claims_fit, scan
 from aotui.protocol.messages import Message, message_type
 
-__all__ = ["MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Codec", "decode", "encode"]
+__all__ = ["MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Codec", "decode", "encode", "prepare"]
 
 #: The one frame-size limit: the codec refuses bigger frames, and every socket a worker or a
 #: client writes to sets it as ``ZMQ_MAXMSGSIZE``, so ZeroMQ refuses them before allocating.
@@ -311,6 +311,15 @@ class Codec:
                 raise
             return message
 
+    def prepare(self, *classes: type[Message]) -> None:
+        """Build the encoder and decoder of each message class now rather than on its first frame
+        (the zygote, once for the kinds every worker it forks speaks)."""
+        for cls in classes:
+            if cls not in self._encoders:
+                self._encoders[cls] = self._record(cls, decoding=False)
+            if cls.KIND not in self._decoders:
+                self._decoders[cls.KIND] = self._record(cls, decoding=True)
+
     def _check_size(self, frame: bytes) -> None:
         if len(frame) > self.max_frame_bytes:
             detail = f"{len(frame)} bytes exceed max_frame_bytes {self.max_frame_bytes}"
@@ -471,3 +480,8 @@ def encode(message: Message) -> bytes:
 def decode(frame: bytes) -> Message:
     """Decode ``frame`` under the default :class:`Codec` limits."""
     return _DEFAULT.decode(frame)
+
+
+def prepare(*classes: type[Message]) -> None:
+    """Build the default :class:`Codec`'s converters of ``classes`` now (see ``Codec.prepare``)."""
+    _DEFAULT.prepare(*classes)

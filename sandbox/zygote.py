@@ -38,9 +38,33 @@ import lxml.html  # noqa: F401  -- pre-loaded so workers do not pay for the impo
 import msgpack  # noqa: F401
 import zmq  # noqa: F401
 
+from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError
-from aotui.protocol.messages import Exited, Launch, Launched, Message
+from aotui.protocol.messages import (
+    Ack,
+    AppState,
+    Dismount,
+    ErrorReply,
+    Exited,
+    FragmentUpdate,
+    Hello,
+    HttpCall,
+    HttpResult,
+    Launch,
+    Launched,
+    LogRecord,
+    Message,
+    Mount,
+    Operation,
+    Ping,
+    Pong,
+    RestoreChunk,
+    Serialize,
+    Shutdown,
+    Start,
+)
 from aotui.protocol.stream import FrameReader, write_frame
+from aotui.protocol.structure import escape_structural
 from aotui.sandbox import cgroups, handles, render, sdk, worker  # noqa: F401
 from aotui.sandbox.policy import default_runtime_read
 
@@ -98,9 +122,19 @@ PRELOAD = [
 ]
 
 
+#: What a worker reads and writes on its channel: their converters are built here, once, not in
+#: every worker on its first frames (~1 ms of each start).
+WORKER_TRAFFIC = (
+    *(Start, RestoreChunk, Operation, Mount, Dismount, Serialize, Ping, Shutdown, HttpResult),
+    *(Hello, FragmentUpdate, Ack, ErrorReply, AppState, LogRecord, Pong, HttpCall),
+)
+
+
 def _preload() -> None:
     for name in PRELOAD:
         importlib.import_module(name)
+    codec.prepare(*WORKER_TRAFFIC)
+    escape_structural("<")  # builds the ASCII tables every render uses
 
 
 __all__ = ["kill_workers", "main", "serve", "set_parent_death_signal"]
@@ -192,6 +226,34 @@ def _reap(sock: socket.socket, apps: dict[int, str]) -> None:
         write_frame(sock, message)
 
 
+#: The first byte the supervisor sends, with its log's descriptor when it names one
+#: (``supervisor/workers/zygote_start.py``, ``hand_log``).
+LOG_HANDOVER = b"L"
+
+
+def _take_log(sock: socket.socket) -> int | None:
+    """Wait for the supervisor to name the log, then write there; else the exit status.
+
+    A zygote started before the supervisor knew its log writes where the supervisor does until
+    then; it has done its imports meanwhile.
+    """
+    data, fds, _flags, _addr = socket.recv_fds(sock, len(LOG_HANDOVER), 1)
+    if data != LOG_HANDOVER:
+        for received in fds:
+            os.close(received)
+        if not data:
+            return 0  # the supervisor went away before naming it
+        print(f"zygote: expected the log handover, got {data!r}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for log_fd in fds:
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+    return None
+
+
 def main(argv: list[str]) -> int:
     """Serve launch requests on the inherited socket until the supervisor goes away."""
     fd, parent_pid = int(argv[0]), int(argv[1])
@@ -203,6 +265,9 @@ def main(argv: list[str]) -> int:
         return 1
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
+    refused = _take_log(sock)
+    if refused is not None:
+        return refused
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,8 +35,8 @@ def log(tmp_path: Path) -> Iterator[int]:
 
 
 def test_a_prestarted_zygote_is_taken_once(log: int) -> None:
-    zygote_start.prestart(log)
-    zygote_start.prestart(log)  # a second call starts no second zygote
+    zygote_start.prestart()
+    zygote_start.prestart()  # a second call starts no second zygote
     taken = zygote_start.take_prestarted()
     assert taken is not None
     process, sock = taken
@@ -47,12 +49,43 @@ def test_a_prestarted_zygote_is_taken_once(log: int) -> None:
 
 
 def test_a_dead_prestarted_zygote_is_dropped(log: int) -> None:
-    zygote_start.prestart(log)
+    zygote_start.prestart()
     process = zygote_start._prestarted[0] if zygote_start._prestarted else None
     assert process is not None
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=10)
     assert zygote_start.take_prestarted() is None  # the launcher then spawns a fresh one
+
+
+def test_a_prestarted_zygote_writes_to_the_log_it_is_handed(tmp_path: Path, log: int) -> None:
+    """``aotui up`` starts the zygote before it knows its log; the launcher hands it over later."""
+    zygote_start.prestart()
+    taken = zygote_start.take_prestarted()
+    assert taken is not None
+    process, sock = taken
+    try:
+        zygote_start.hand_log(sock, log)
+        sock.sendall(b"\x00\x00\x00\x04junk")  # a frame the zygote refuses, and says so
+        assert process.wait(timeout=30) == 2
+    finally:
+        sock.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert "zygote: bad control frame" in (tmp_path / "supervisor.log").read_text()
+
+
+def test_a_zygote_serves_no_launch_before_its_log(tmp_path: Path) -> None:
+    """Anything but the handover first is refused: a launch must not fork before the log."""
+    process, sock = zygote_start.spawn()
+    try:
+        sock.sendall(b"\x00\x00\x00\x04junk")
+        assert process.wait(timeout=30) == 2
+    finally:
+        sock.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
 
 
 @pytest.mark.timeout(30)
@@ -86,3 +119,30 @@ def test_the_zygote_kills_every_workers_group_when_the_supervisor_goes() -> None
         ours.close()
         os.close(wake_r)
         os.close(wake_w)
+
+
+def test_the_zygote_prepares_every_kind_a_worker_speaks() -> None:
+    """The converters of the worker's messages are built once in the zygote, not per worker."""
+    from aotui.protocol.messages import Message
+    from aotui.sandbox import worker
+
+    spoken = {
+        value
+        for value in vars(worker).values()
+        if isinstance(value, type) and issubclass(value, Message) and value is not Message
+    }
+    assert spoken <= set(zygote.WORKER_TRAFFIC)
+    code = (
+        "import json\n"
+        "from aotui.sandbox import zygote\n"
+        "from aotui.protocol import codec\n"
+        "zygote._preload()\n"
+        "print(json.dumps(sorted(c.KIND for c in codec._DEFAULT._encoders)))\n"
+        "print(json.dumps(sorted(codec._DEFAULT._decoders)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=True
+    )
+    encoders, decoders = done.stdout.splitlines()
+    kinds = sorted(cls.KIND for cls in spoken)
+    assert json.loads(encoders) == json.loads(decoders) == kinds

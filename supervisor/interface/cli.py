@@ -76,20 +76,20 @@ NO_SESSION = (
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Start a desktop (foreground, or detached and wait until it answers)."""
-    from aotui.supervisor.config import load_config
     from aotui.supervisor.workers.zygote_start import prestart
+
+    if not args.detach:
+        # The zygote first, before the config's, the store's and the server's imports: its own
+        # start (~125 ms of CPU) overlaps them; it gets its log when the launcher takes it over.
+        # A check below that refuses exits us, and the zygote with us.
+        prestart()
+    from aotui.supervisor.config import load_config
 
     # --desktop wins over the config file's ``desktop =``, which wins over "default".
     config = load_config(args.config, desktop=args.desktop)
     paths = DesktopPaths.for_desktop(config.desktop, args.socket)
     _refuse_running(config.desktop, args.socket)
     _check_data_home(config.desktop)
-    if not args.detach:
-        # The zygote now, before the store's and the server's imports: its own start (~140 ms)
-        # overlaps them. A check below that refuses exits us, and the zygote with us.
-        paths.create()
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        prestart(os.open(paths.log, flags, 0o600))
     _claim_store(args, config.desktop, config.durability)
     if args.detach:
         return _up_detached(args, config.desktop, paths)

@@ -25,7 +25,7 @@ from typing import IO, Protocol
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Exited, Launch, Launched, Message, WorkerPolicy
 from aotui.protocol.stream import FrameReader, write_frame
-from aotui.supervisor.workers.zygote_start import spawn, take_prestarted
+from aotui.supervisor.workers.zygote_start import hand_log, spawn, take_prestarted
 
 __all__ = ["LauncherEvents", "ZygoteLauncher"]
 
@@ -65,6 +65,10 @@ class ZygoteLauncher:
         """Start the zygote (call from the main thread, inside the running loop)."""
         prestarted = take_prestarted()
         self.process, ours = prestarted if prestarted is not None else spawn(self.log)
+        # A prestarted zygote learns its log only now; a spawned one is told the same again. One
+        # gone already is noticed as any dead zygote is: EOF on its socket, below.
+        with contextlib.suppress(OSError):
+            hand_log(ours, self.log)
         self.reader = FrameReader()
         ours.setblocking(False)
         self.sock = ours

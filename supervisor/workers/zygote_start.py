@@ -1,9 +1,10 @@
 """Starting the zygote process, importable before the rest of the supervisor.
 
-``aotui up`` calls :func:`prestart` as early as it can: the zygote's own start (a fresh interpreter
-importing pyzmq, lxml and the SDK, ~140 ms) then overlaps the supervisor's imports, checks and
-store opening instead of following them. This module imports nothing heavier than ``subprocess``
-so that calling it early costs nothing; :mod:`~supervisor.workers.launcher` takes the process over.
+``aotui up`` calls :func:`prestart` first thing: the zygote's own start (a fresh interpreter
+importing pyzmq, lxml and the SDK, ~125 ms of CPU) then overlaps the supervisor's imports, config,
+checks and store opening instead of following them. This module imports nothing heavier than
+``subprocess`` so that calling it early costs nothing; :mod:`~supervisor.workers.launcher` takes
+the process over and hands it its log (:func:`hand_log`), which is known only later.
 """
 
 from __future__ import annotations
@@ -14,14 +15,21 @@ import subprocess
 import sys
 from typing import IO
 
-__all__ = ["prestart", "spawn", "take_prestarted"]
+__all__ = ["LOG_HANDOVER", "hand_log", "prestart", "spawn", "take_prestarted"]
+
+#: The first byte on a zygote's socket: it carries the log's descriptor (``SCM_RIGHTS``), and the
+#: zygote serves no launch before it (``sandbox/zygote.py``).
+LOG_HANDOVER = b"L"
 
 #: A zygote started before the supervisor's own imports (see :func:`prestart`).
 _prestarted: tuple[subprocess.Popen[bytes], socket.socket] | None = None
 
 
-def spawn(log: IO[bytes] | int | None) -> tuple[subprocess.Popen[bytes], socket.socket]:
-    """Start a zygote; returns it and the supervisor's end of its socketpair."""
+def spawn(log: IO[bytes] | int | None = None) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """Start a zygote; returns it and the supervisor's end of its socketpair.
+
+    It writes to ``log`` (None: where we write) until :func:`hand_log` names its log.
+    """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     process = subprocess.Popen(
         [sys.executable, "-m", "aotui.sandbox.zygote", str(theirs.fileno()), str(os.getpid())],
@@ -34,11 +42,20 @@ def spawn(log: IO[bytes] | int | None) -> tuple[subprocess.Popen[bytes], socket.
     return process, ours
 
 
-def prestart(log: IO[bytes] | int | None = None) -> None:
+def hand_log(sock: socket.socket, log: IO[bytes] | int | None) -> None:
+    """Send the zygote on ``sock`` its log (its stdout and stderr from then on; None: keep them).
+
+    Call once per zygote, before its first launch: it waits for this before serving.
+    """
+    fds = [] if log is None else [log if isinstance(log, int) else log.fileno()]
+    socket.send_fds(sock, [LOG_HANDOVER], fds)
+
+
+def prestart() -> None:
     """Start the zygote now (from the main thread), so its imports overlap the supervisor's."""
     global _prestarted
     if _prestarted is None:
-        _prestarted = spawn(log)
+        _prestarted = spawn()
 
 
 def take_prestarted() -> tuple[subprocess.Popen[bytes], socket.socket] | None:
