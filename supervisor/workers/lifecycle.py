@@ -1,10 +1,10 @@
 """Starting and stopping an app's worker: open, close, kill, discard.
 
-An open makes the worker's channel, asks the zygote for the process, sends the app's
-acknowledged state and waits for its first views; a start that fails leaves the app ``failed``
-with the reason in ``last_exit`` and System Logs. What the worker then says goes to the
-:class:`~supervisor.workers.channel_events.WorkerEvents` the lifecycle was given; how it ends, to
-:mod:`~supervisor.workers.recovery`.
+An open makes the worker's channel, asks the zygote for the process while it sends the app's
+acknowledged state down the channel, and waits for its first views; a start that fails leaves the
+app ``failed`` with the reason in ``last_exit`` and System Logs. What the worker then says goes to
+the :class:`~supervisor.workers.channel_events.WorkerEvents` the lifecycle was given; how it ends,
+to :mod:`~supervisor.workers.recovery`.
 """
 
 from __future__ import annotations
@@ -155,22 +155,30 @@ class AppLifecycle:
         """Have the zygote fork the worker, send it its state, wait for its first views."""
         timeout = self.config.start_timeout_ms / 1000
         policy = self.leases.policy(app)  # its app_dir may be a copy the per-app uid can read
-        handle.pid = await self.launcher.launch(
-            app.app_id,
-            policy.app_dir,
-            app.manifest.entry,
-            handle.endpoint,
-            policy,
-            listener.fileno(),
-            output.write_fd,
+        launch = asyncio.ensure_future(
+            self.launcher.launch(
+                app.app_id,
+                policy.app_dir,
+                app.manifest.entry,
+                handle.endpoint,
+                policy,
+                listener.fileno(),
+                output.write_fd,
+            )
         )
+        # The Start, and the state chunks after it (workers/restore.py), wait on the channel
+        # while the zygote forks the worker and it confines itself, rather than after the pid
+        # comes back. A worker forked even so is the handle's: a failed start discards it too.
+        try:
+            async with asyncio.timeout(timeout):
+                for message in restore_messages(app.app_id, app.saved_state, app.restore_views):
+                    await handle.send(message)
+        finally:
+            handle.pid = await launch
         output.handed_over()
         handle.output = output
         limits = {**vars(self.config.limits), **app.manifest.limits}
         self.watchdog.watch(app.app_id, handle.pid, limits["memory_mb"], limits["cpu_percent"])
-        # Keyed data larger than a frame follows its Start in chunks (workers/restore.py).
-        for message in restore_messages(app.app_id, app.saved_state, app.restore_views):
-            await asyncio.wait_for(handle.send(message), timeout)
         await asyncio.wait_for(asyncio.shield(handle.hello), timeout)
         await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
 
