@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +30,13 @@ from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
 from aotui.supervisor.desktop.system_log import RAW_CHARS, SystemLog, dropped_by, said_by
 from aotui.supervisor.manifest import load_manifest
 from aotui.supervisor.workers.app_logs import AppLog
-from aotui.supervisor.workers.handle import FRAMES_PER_TURN, MAX_LOG_FRAME, WorkerHandle
+from aotui.supervisor.workers.handle import (
+    FRAMES_PER_TURN,
+    LOG_DROPS_PER_S,
+    LOG_LINES_PER_S,
+    MAX_LOG_FRAME,
+    WorkerHandle,
+)
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]
@@ -141,6 +148,58 @@ def test_a_full_channel_gets_a_share_of_the_loop_not_all_of_it(tmp_path: Path) -
     steps = [after - before for before, after in zip(seen, [*seen[1:], frames], strict=True)]
     assert len(dispatched) == frames
     assert max(steps) <= FRAMES_PER_TURN, f"{max(steps)} frames were read in one turn of the loop"
+
+
+def test_a_log_flood_waits_in_the_workers_send_past_its_budget(tmp_path: Path) -> None:
+    frames, per_window = 330, LOG_LINES_PER_S + LOG_DROPS_PER_S
+    times: list[float] = []
+    admitted: list[bool] = []
+    endpoint = f"ipc://{tmp_path}/channel"
+    bound, read = threading.Event(), threading.Event()
+
+    def on_message(handle: WorkerHandle, _message: object) -> None:  # as ChannelEvents does
+        times.append(time.monotonic())
+        admitted.append(handle.admit_log()[0])
+
+    def flood() -> None:  # the worker: its own thread, as fast as its socket takes them
+        with zmq.Context() as context, context.socket(zmq.PAIR) as worker:
+            worker.setsockopt(zmq.LINGER, 0)
+            worker.setsockopt(zmq.SNDTIMEO, 30_000)
+            worker.bind(endpoint)
+            bound.set()
+            frame = codec.encode(LogRecord(level=LogLevel.INFO, message="chatter"))
+            for _ in range(frames):
+                worker.send(frame)  # blocks once the supervisor stops reading
+            read.wait(30)  # closing now would discard what is still queued
+
+    async def scenario() -> None:
+        context = zmq.asyncio.Context()
+        sock = context.socket(zmq.PAIR)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 4)  # as AppLifecycle sets it
+        handle = WorkerHandle("app_1", endpoint, sock, on_message, lambda *_: None)
+        try:
+            sock.connect(endpoint)
+            handle.start()
+            async with asyncio.timeout(30):
+                while len(times) < frames:
+                    await asyncio.sleep(0.05)
+        finally:
+            read.set()
+            await handle.close()
+            context.term()
+
+    sender = threading.Thread(target=flood, daemon=True)
+    sender.start()
+    assert bound.wait(10)
+    try:
+        asyncio.run(scenario())
+    finally:
+        sender.join(timeout=30)
+    first_second = [t for t in times if t < times[0] + 0.9]
+    assert len(first_second) <= per_window, f"{len(first_second)} lines read in the first second"
+    assert admitted[:per_window].count(True) == LOG_LINES_PER_S
+    assert times[-1] - times[0] >= 2.0  # three windows: the flood was slowed, not dropped unread
 
 
 # --- on a real desktop ----------------------------------------------------------------------------
