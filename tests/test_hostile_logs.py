@@ -151,7 +151,8 @@ def test_a_full_channel_gets_a_share_of_the_loop_not_all_of_it(tmp_path: Path) -
 
 
 def test_a_log_flood_waits_in_the_workers_send_past_its_budget(tmp_path: Path) -> None:
-    frames, per_window = 330, LOG_LINES_PER_S + LOG_DROPS_PER_S
+    per_window = LOG_LINES_PER_S + LOG_DROPS_PER_S
+    frames = 3 * per_window
     times: list[float] = []
     admitted: list[bool] = []
     endpoint = f"ipc://{tmp_path}/channel"
@@ -199,7 +200,7 @@ def test_a_log_flood_waits_in_the_workers_send_past_its_budget(tmp_path: Path) -
     first_second = [t for t in times if t < times[0] + 0.9]
     assert len(first_second) <= per_window, f"{len(first_second)} lines read in the first second"
     assert admitted[:per_window].count(True) == LOG_LINES_PER_S
-    assert times[-1] - times[0] >= 2.0  # three windows: the flood was slowed, not dropped unread
+    assert times[-1] - times[0] >= 1.5  # three windows: the flood was slowed, not dropped unread
 
 
 # --- on a real desktop ----------------------------------------------------------------------------

@@ -96,8 +96,9 @@ FRAMES_PER_TURN = 16
 LOG_LINES_PER_S = 10
 #: Lines past that rate the supervisor reads (and drops) in one second; then the worker's channel
 #: is left unread until the second is over, so the rest of a log flood waits in the worker's own
-#: ``send`` (its time, not the supervisor's: 4,000 lines a second took 10 % of its CPU).
-LOG_DROPS_PER_S = 100
+#: ``send`` (its time, not the supervisor's: 4,000 lines a second took 10 % of its CPU). High
+#: enough that an app logging a burst of a few hundred lines is not slowed (its replies wait too).
+LOG_DROPS_PER_S = 500
 #: Largest log record frame: the SDK cuts a line at 2,000 characters (8 KB of UTF-8), so a bigger
 #: one was built by hand; its bytes would be received and decoded ten times a second, unshown.
 MAX_LOG_FRAME = 64 << 10
