@@ -107,6 +107,21 @@ def test_log_lines_rebuild_no_apps_part_of_the_snapshot() -> None:
     assert cache.built == 2  # System Logs are their own block: every app's part was reused
 
 
+def test_system_logs_are_rendered_once_a_change_not_once_a_pull() -> None:
+    log = SystemLog(capacity=50)
+    for index in range(60):
+        log.add(float(index), f"Flooder: chatter {index}", said_by(f"app_{index % 6}"))
+    first = build_snapshot([], log).markdown
+    for _ in range(20):
+        assert build_snapshot([], log).markdown == first
+    assert log.renders == 1
+    log.add(99.0, "Flooder: chatter 99", said_by("app_1"))
+    again = build_snapshot([], log).markdown
+    assert log.renders == 2
+    assert "Flooder: chatter 99" in again
+    assert again == build_snapshot([], list(log)).markdown  # as a plain list renders it
+
+
 # --- the channel reader ---------------------------------------------------------------------------
 
 

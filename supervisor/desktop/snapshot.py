@@ -139,6 +139,10 @@ def applications_text(apps: Sequence[AppRecord]) -> str:
     return "\n".join(lines)
 
 
+def _system_logs_text(entries: Iterable[tuple[float, str]]) -> str:
+    return "\n".join(_logs("System Logs", entries, "#"))
+
+
 def _logs(title: str, entries: Iterable[tuple[float, str]], heading: str) -> list[str]:
     lines = [f"{heading} {title}"]
     lines.extend(f"- [{format_time(ts)}] {log_text(text)}" for ts, text in entries)
@@ -293,6 +297,7 @@ def build_snapshot(
     With ``cache``, an app whose inputs did not change since the last pull costs a comparison.
     """
     from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
+    from aotui.supervisor.desktop.system_log import SystemLog
 
     budget = budget or SnapshotBudget()
     cache = cache or SnapshotCache()
@@ -310,7 +315,10 @@ def build_snapshot(
         Block(
             "view_2",
             '<view id="view_2" name="System Logs">',
-            "\n".join(_logs("System Logs", system_log, "#")),
+            # Rendered once per change (a full log took 0.2 ms of every pull).
+            system_log.rendered(_system_logs_text)
+            if isinstance(system_log, SystemLog)
+            else _system_logs_text(system_log),
             "</view>",
         ),
     ]

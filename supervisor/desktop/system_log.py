@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from aotui.supervisor.desktop.snapshot import log_text
 
@@ -56,9 +56,13 @@ class SystemLog:
         self._owners: dict[str | None, deque[tuple[int, float, str]]] = {}
         self._seq = itertools.count()
         self._size = 0
+        self._rendered: tuple[Callable[..., str], str] | None = None
+        #: Times :meth:`rendered` rendered (not reused): what a test asks to see the reuse.
+        self.renders = 0
 
     def add(self, timestamp: float, text: str, owner: str | None = None) -> None:
         """Append an entry for ``owner``, evicting by share and then by size."""
+        self._rendered = None
         lines = self._owners.setdefault(owner, deque())
         lines.append((next(self._seq), timestamp, _entry_text(text)))
         self._size += 1
@@ -75,6 +79,13 @@ class SystemLog:
     def append(self, entry: tuple[float, str]) -> None:
         """Add a desktop line (the ``deque`` interface)."""
         self.add(entry[0], entry[1])
+
+    def rendered(self, render: Callable[[Iterable[tuple[float, str]]], str]) -> str:
+        """``render(self)``, kept until an entry is added: a pull renders the view once a change."""
+        if self._rendered is None or self._rendered[0] is not render:
+            self._rendered = (render, render(self))
+            self.renders += 1
+        return self._rendered[1]
 
     def __len__(self) -> int:
         return self._size
