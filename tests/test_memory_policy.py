@@ -43,17 +43,30 @@ def _run(code: str, *argv: str) -> str:
     return done.stdout
 
 
-ARENAS_AFTER_THREADS = """
+#: What each allocator check starts with: libc, and malloc_info's report as text.
+PRELUDE = """
     import ctypes, os, re, sys, tempfile, threading
     from aotui.supervisor.server import memory
     if sys.argv[1:] == ["policy"]:
         assert memory.configure_allocator()
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
-    libc.fopen.restype = ctypes.c_void_p
-    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.fdopen.restype = ctypes.c_void_p
+    libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
     libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
     libc.fclose.argtypes = [ctypes.c_void_p]
+    def malloc_info():
+        with tempfile.TemporaryFile() as report:
+            out = libc.fdopen(os.dup(report.fileno()), b"w")
+            libc.malloc_info(0, out)
+            libc.fclose(out)
+            report.seek(0)
+            return report.read().decode()
+"""
+
+ARENAS_AFTER_THREADS = """
     together = threading.Barrier(8)
     def allocate():
         libc.malloc(4096)  # from this thread's arena, kept
@@ -63,17 +76,12 @@ ARENAS_AFTER_THREADS = """
         thread.start()
     for thread in threads:
         thread.join()
-    path = tempfile.mktemp()
-    out = libc.fopen(path.encode(), b"w")
-    libc.malloc_info(0, out)
-    libc.fclose(out)
-    print(len(re.findall("<heap nr=", open(path).read())))
-    os.unlink(path)
+    print(len(re.findall("<heap nr=", malloc_info())))
 """
 
 
 def _arenas(*argv: str) -> int:
-    return int(_run(ARENAS_AFTER_THREADS, *argv))
+    return int(_run(PRELUDE + ARENAS_AFTER_THREADS, *argv))
 
 
 def test_threads_share_the_arenas_the_policy_allows() -> None:
@@ -83,31 +91,14 @@ def test_threads_share_the_arenas_the_policy_allows() -> None:
 
 
 MAPPED_AFTER_A_LARGE_FREE = """
-    import ctypes, re, sys, tempfile
-    from aotui.supervisor.server import memory
-    if sys.argv[1:] == ["policy"]:
-        assert memory.configure_allocator()
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
-    libc.fopen.restype = ctypes.c_void_p
-    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
-    libc.fclose.argtypes = [ctypes.c_void_p]
     libc.free(libc.malloc(4 << 20))  # a large frame, mapped, then freed
     kept = [libc.malloc(512 << 10) for _ in range(4)]  # snapshots of half a MiB
-    path = tempfile.mktemp()
-    out = libc.fopen(path.encode(), b"w")
-    libc.malloc_info(0, out)
-    libc.fclose(out)
-    text = open(path).read()
-    print(re.findall('<total type="mmap" count="(\\d+)"', text)[-1])
+    print(re.findall('<total type="mmap" count="(\\d+)"', malloc_info())[-1])
 """
 
 
 def _mapped(*argv: str) -> int:
-    return int(_run(MAPPED_AFTER_A_LARGE_FREE, *argv))
+    return int(_run(PRELUDE + MAPPED_AFTER_A_LARGE_FREE, *argv))
 
 
 def test_large_blocks_stay_mapped_after_a_larger_one_was_freed() -> None:
@@ -115,29 +106,6 @@ def test_large_blocks_stay_mapped_after_a_larger_one_was_freed() -> None:
     # blocks come from the heap, where their pages stay after they are freed.
     assert _mapped() < 4
     assert _mapped("policy") >= 4
-
-
-def test_trim_returns_free_pages_from_the_middle_of_the_heap() -> None:
-    rss = _run(
-        """
-        import ctypes, psutil
-        from aotui.supervisor.server import memory
-        libc = ctypes.CDLL(None)
-        libc.malloc.restype = ctypes.c_void_p
-        libc.free.argtypes = [ctypes.c_void_p]
-        me = psutil.Process()
-        blocks = [libc.malloc(1000) for _ in range(100_000)]
-        for block in blocks:  # touch every page, as a real buffer would
-            ctypes.memset(block, 1, 1000)
-        for block in blocks[:-1]:  # the last one stays at the heap's top: glibc cannot shrink it
-            libc.free(block)
-        held = me.memory_info().rss
-        assert memory.trim()
-        print(held, me.memory_info().rss)
-        """
-    ).split()
-    held, trimmed = int(rss[0]), int(rss[1])
-    assert held - trimmed > 80 * MIB, (held / MIB, trimmed / MIB)
 
 
 class FragmentedHeap:
@@ -162,6 +130,16 @@ class FragmentedHeap:
 
     def close(self) -> None:
         self.libc.free(self.pin)
+
+
+def test_trim_returns_free_pages_from_the_middle_of_the_heap() -> None:
+    heap = FragmentedHeap()
+    try:
+        assert heap.held() > 80 * MIB
+        assert memory.trim()
+        assert heap.held() < 40 * MIB, heap.held() / MIB
+    finally:
+        heap.close()
 
 
 async def _until(predicate: Callable[[], bool], within_s: float) -> bool:
