@@ -146,3 +146,20 @@ def test_the_zygote_prepares_every_kind_a_worker_speaks() -> None:
     encoders, decoders = done.stdout.splitlines()
     kinds = sorted(cls.KIND for cls in spoken)
     assert json.loads(encoders) == json.loads(decoders) == kinds
+
+
+@pytest.mark.parametrize(
+    ("argv", "serves"),
+    [
+        (["up"], True),
+        (["up", "--desktop", "work", "--config", "d.toml"], True),
+        (["up", "--detach"], False),
+        (["up", "--det"], False),  # argparse takes an abbreviation
+        (["status"], False),
+        ([], False),
+    ],
+)
+def test_python_m_aotui_supervisor_prestarts_only_a_desktop_of_its_own(
+    argv: list[str], serves: bool
+) -> None:
+    assert zygote_start.serves_here(argv) is serves

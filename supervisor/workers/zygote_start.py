@@ -15,7 +15,7 @@ import subprocess
 import sys
 from typing import IO
 
-__all__ = ["LOG_HANDOVER", "hand_log", "prestart", "spawn", "take_prestarted"]
+__all__ = ["LOG_HANDOVER", "hand_log", "prestart", "serves_here", "spawn", "take_prestarted"]
 
 #: The first byte on a zygote's socket: it carries the log's descriptor (``SCM_RIGHTS``), and the
 #: zygote serves no launch before it (``sandbox/zygote.py``).
@@ -49,6 +49,12 @@ def hand_log(sock: socket.socket, log: IO[bytes] | int | None) -> None:
     """
     fds = [] if log is None else [log if isinstance(log, int) else log.fileno()]
     socket.send_fds(sock, [LOG_HANDOVER], fds)
+
+
+def serves_here(argv: list[str]) -> bool:
+    """Whether the ``aotui`` arguments ``argv`` run a desktop in this process: ``up`` without
+    ``--detach`` (or an abbreviation of it, as argparse takes one), whose zygote may start now."""
+    return argv[:1] == ["up"] and not any(arg.startswith("--det") for arg in argv[1:])
 
 
 def prestart() -> None:
