@@ -156,7 +156,7 @@ def unencodable(message: object, reason: str, codec: Codec | None = None) -> Aot
 
 def test_public_names() -> None:
     assert set(codec_module.__all__) == {
-        "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Codec", "decode", "encode"
+        "MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Codec", "decode", "encode", "prepare"
     }
 
 
