@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import IO, Protocol
 
 from aotui.protocol.errors import AotuiError, ErrorCode
@@ -142,7 +142,7 @@ class ZygoteLauncher:
         if self.events is not None:
             self.events.zygote_died(dead, how)
 
-    async def launch(
+    def launch(
         self,
         app: str,
         app_dir: str,
@@ -151,30 +151,42 @@ class ZygoteLauncher:
         policy: WorkerPolicy,
         channel_fd: int,
         log_fd: int,
+    ) -> Awaitable[int]:
+        """Fork a worker on the listening socket ``channel_fd``, its stdout/stderr to ``log_fd``.
+
+        The ``Launch`` is written before this returns when a zygote is there (the caller may send
+        the worker its ``Start`` meanwhile); what it returns gives the worker's pid.
+        """
+
+        def ask() -> asyncio.Future[Launched]:
+            assert self.sock is not None
+            token = next(self.tokens)
+            future: asyncio.Future[Launched] = asyncio.get_running_loop().create_future()
+            self.pending[token] = future
+            self.sock.setblocking(True)
+            try:
+                launch = Launch(token, app, app_dir, entry, endpoint, policy)
+                write_frame(self.sock, launch, [channel_fd, log_fd])
+            finally:
+                self.sock.setblocking(False)
+            return future
+
+        return self._launched(ask() if self.sock is not None else None, ask)
+
+    async def _launched(
+        self, asked: asyncio.Future[Launched] | None, ask: Callable[[], asyncio.Future[Launched]]
     ) -> int:
-        """Fork a worker on the listening socket ``channel_fd``, its stdout/stderr to ``log_fd``."""
-        if self.sock is None:
+        if asked is None:
             # Between a dead zygote and its successor: wait for the new one.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.ready.wait(), 10.0)
-        if self.sock is None:
-            raise AotuiError(
-                ErrorCode.E_TIMEOUT,
-                "the worker launcher (zygote) did not come back within 10 s; retry",
-            )
-        token = next(self.tokens)
-        future: asyncio.Future[Launched] = asyncio.get_running_loop().create_future()
-        self.pending[token] = future
-        self.sock.setblocking(True)
-        try:
-            write_frame(
-                self.sock,
-                Launch(token, app, app_dir, entry, endpoint, policy),
-                [channel_fd, log_fd],
-            )
-        finally:
-            self.sock.setblocking(False)
-        launched = await asyncio.wait_for(future, 10.0)
+            if self.sock is None:
+                raise AotuiError(
+                    ErrorCode.E_TIMEOUT,
+                    "the worker launcher (zygote) did not come back within 10 s; retry",
+                )
+            asked = ask()
+        launched = await asyncio.wait_for(asked, 10.0)
         if launched.error:
             raise AotuiError(ErrorCode.E_INTERNAL, f"cannot start a worker: {launched.error}")
         self.pids.add(launched.pid)
