@@ -276,6 +276,30 @@ def test_a_log_flood_shows_how_many_lines_were_dropped(start_desktop: Start) -> 
     assert logs.count("Flooder: chatter") <= SystemLog(capacity=50).share
 
 
+@pytest.mark.timeout(120)
+def test_a_log_flood_that_goes_on_kills_only_its_sender(start_desktop: Start) -> None:
+    """Held back a second at a time, a flood past the drop budget for LOG_FLOOD_S seconds in a
+    row is a violation: the sender is killed, named, instead of flooding on (a command of its
+    would otherwise time out behind its own lines, saying nothing of why)."""
+    desktop = start_desktop(["echo", "flooder"])
+    client = desktop.client
+    client.execute("<context>open --application app_0; open --application app_1</context>")
+    pid = _state(desktop, "app_1")["pid"]
+    began = time.monotonic()
+    assert _attack(client, "log", "100", seconds=20) == "started log"  # 1,000 lines a second
+    said = f"Flooder broke the channel protocol (flood: over {LOG_DROPS_PER_S} log lines/s"
+    wait_for(lambda: said in _logs(client.snapshot()), 30, "the violation")
+    assert time.monotonic() - began < 10  # LOG_FLOOD_S (3) seconds in a row, not the 20 s flood
+    wait_for(
+        lambda: (row := _state(desktop, "app_1"))["state"] == "running" and row["pid"] != pid,
+        30,
+        "the flooder's restart",
+    )
+    assert _state(desktop, "app_1")["last_exit"] == "protocol violation"
+    command = {"app": "app_0", "view": "view_0", "operation": "bump", "args": {}}
+    assert int(client.execute(command)["results"][0]) == 1
+
+
 # --- the app's log file ---------------------------------------------------------------------------
 
 

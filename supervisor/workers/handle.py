@@ -99,6 +99,10 @@ LOG_LINES_PER_S = 10
 #: ``send`` (its time, not the supervisor's: 4,000 lines a second took 10 % of its CPU). High
 #: enough that an app logging a burst of a few hundred lines is not slowed (its replies wait too).
 LOG_DROPS_PER_S = 500
+#: Seconds in a row a worker may fill that budget: a burst is held back, a flood that goes on
+#: is a violation (killed within its command's 5 s deadline, named, rather than left to time out
+#: behind its own lines).
+LOG_FLOOD_S = 3
 #: Largest log record frame: the SDK cuts a line at 2,000 characters (8 KB of UTF-8), so a bigger
 #: one was built by hand; its bytes would be received and decoded ten times a second, unshown.
 MAX_LOG_FRAME = 64 << 10
@@ -160,6 +164,7 @@ class WorkerHandle:
         self._log_window = 0.0
         self._log_lines = 0
         self._log_dropped = 0
+        self._log_floods = 0  # seconds in a row that ended with the drop budget full
         #: Size of the frame being dispatched (fragments are charged their frame's bytes).
         self.last_frame_bytes = 0
         #: Whether System Logs already said this worker's views could not be shown…
@@ -206,6 +211,8 @@ class WorkerHandle:
         now = time.monotonic()
         dropped = 0
         if now - self._log_window >= 1.0:
+            full = self._log_dropped >= LOG_DROPS_PER_S and now - self._log_window < 2.0
+            self._log_floods = self._log_floods + 1 if full else 0
             dropped, self._log_window, self._log_lines, self._log_dropped = (
                 self._log_dropped,
                 now,
@@ -292,6 +299,10 @@ class WorkerHandle:
             if in_a_row == FRAMES_PER_TURN or self._log_dropped >= LOG_DROPS_PER_S:
                 in_a_row = 0
                 await self._next_turn()
+            if self._log_floods >= LOG_FLOOD_S:
+                flood = f"flood: over {LOG_DROPS_PER_S} log lines/s for {LOG_FLOOD_S} s"
+                self.on_violation(self, AotuiError(ErrorCode.E_INVALID_CMD, flood))
+                return
             try:
                 frame = await self.sock.recv(copy=True)
             except (zmq.ZMQError, asyncio.CancelledError):
