@@ -16,20 +16,25 @@ every worker dies with the zygote (its own ``PR_SET_PDEATHSIG``), so nothing out
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import signal
 
 if __name__ == "__main__":
     # The imports below allocate some 30,000 objects and free few: the collections they would
     # trigger cost 20-40 ms of every desktop start. main() freezes them all.
     gc.disable()
+    # The supervisor's death ends us from the first line, not once our imports are done: `aotui
+    # up` starts us before its own checks, and one that refuses must not wait (nor keep its
+    # caller's pipes open) for imports nobody will use. main() sets it again, and checks the
+    # parent is still the one that started us.
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 import contextlib
-import ctypes
 import dataclasses
 import importlib
 import os
 import select
-import signal
 import socket
 import sys
 import traceback

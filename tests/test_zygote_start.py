@@ -163,3 +163,39 @@ def test_python_m_aotui_supervisor_prestarts_only_a_desktop_of_its_own(
     argv: list[str], serves: bool
 ) -> None:
     assert zygote_start.serves_here(argv) is serves
+
+
+#: Reaps its orphans (a subreaper), starts a supervisor stand-in that starts a zygote and dies at
+#: once, then prints how the orphaned zygote ended.
+ORPHAN_PROBE = """
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+if os.fork() == 0:
+    import time
+    from aotui.supervisor.workers import zygote_start
+    process, _ = zygote_start.spawn()
+    deadline = time.monotonic() + 30
+    maps = f"/proc/{process.pid}/maps"
+    while "etree" not in open(maps).read() and time.monotonic() < deadline:
+        time.sleep(0.001)  # until it is importing lxml, the first of its heavy imports
+    os._exit(0)  # a refused `aotui up`: gone while its zygote still imports
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        break
+    if os.WIFSIGNALED(status):
+        print("signal", os.WTERMSIG(status))
+    elif pid:
+        print("exit", os.WEXITSTATUS(status))
+"""
+
+
+def test_a_zygote_dies_with_its_supervisor_even_while_importing() -> None:
+    """`aotui up` starts the zygote before its checks; one that refuses does not wait for it."""
+    done = subprocess.run(
+        [sys.executable, "-c", ORPHAN_PROBE], capture_output=True, text=True, timeout=50
+    )
+    ends = done.stdout.split("\n")
+    # The stand-in exits 0; the zygote is ended by its parent-death signal, not after its imports.
+    assert f"signal {signal.SIGTERM.value}" in ends, done.stdout + done.stderr
