@@ -123,10 +123,22 @@ class FragmentedHeap:
         for block in blocks[:-1]:
             self.libc.free(block)
         self.pin = blocks[-1]  # at the heap's top: glibc cannot give the heap back by shrinking it
+        # What the blocks added: less than 100 MiB when they reused free memory the process
+        # already held (earlier tests in this process), so the checks are relative to it.
+        self.grown = self.held()
+        assert self.grown > 50 * MIB, self.grown / MIB
 
     def held(self) -> int:
         """Bytes of RSS above what the process had before."""
         return psutil.Process().memory_info().rss - self.base
+
+    def kept(self) -> bool:
+        """Whether the freed blocks are still resident (nobody trimmed)."""
+        return self.held() > 0.8 * self.grown
+
+    def returned(self) -> bool:
+        """Whether most of the freed blocks went back to the system."""
+        return self.held() < 0.4 * self.grown
 
     def close(self) -> None:
         self.libc.free(self.pin)
@@ -135,9 +147,9 @@ class FragmentedHeap:
 def test_trim_returns_free_pages_from_the_middle_of_the_heap() -> None:
     heap = FragmentedHeap()
     try:
-        assert heap.held() > 80 * MIB
+        assert heap.kept()
         assert memory.trim()
-        assert heap.held() < 40 * MIB, heap.held() / MIB
+        assert heap.returned(), heap.held() / MIB
     finally:
         heap.close()
 
@@ -161,11 +173,11 @@ def test_the_periodic_trim_waits_for_an_idle_moment(monkeypatch: pytest.MonkeyPa
         nonlocal busy
         task = asyncio.create_task(memory.trim_when_idle(lambda: busy))
         try:
-            assert heap.held() > 80 * MIB
+            assert heap.kept()
             await asyncio.sleep(1.3)  # a trim is due, but a request is being served
-            assert heap.held() > 80 * MIB
+            assert heap.kept()
             busy = False
-            assert await _until(lambda: heap.held() < 40 * MIB, 5.0), heap.held() / MIB
+            assert await _until(heap.returned, 5.0), heap.held() / MIB
         finally:
             task.cancel()
 
@@ -183,7 +195,7 @@ def test_a_desktop_never_idle_is_trimmed_a_period_late(monkeypatch: pytest.Monke
     async def scenario() -> None:
         task = asyncio.create_task(memory.trim_when_idle(lambda: True))
         try:
-            assert await _until(lambda: heap.held() < 40 * MIB, 5.0), heap.held() / MIB
+            assert await _until(heap.returned, 5.0), heap.held() / MIB
         finally:
             task.cancel()
 
