@@ -5,6 +5,7 @@
 - :mod:`protocol.grammar` — ``parse_commands``: the ``<context>`` command language (CONTRACT §5).
 - :mod:`protocol.args` — operation argument schemas, coercion and ref resolution hooks.
 - :mod:`protocol.messages` — the frozen dataclass messages between client, supervisor, worker.
+- :mod:`protocol.worker_messages` — those inside the desktop, loaded on first use (via messages).
 - :mod:`protocol.codec` — the only module that touches msgpack: frames with limits.
 - :mod:`protocol.stream` — length-prefixed frames over stream sockets (supervisor ↔ zygote).
 - :mod:`protocol.structure` — escaping of the snapshot's structural tags in app text.
