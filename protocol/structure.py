@@ -95,53 +95,82 @@ def _ranges(codes: list[int]) -> str:
     return "".join(parts)
 
 
-class _Classes:
-    """The character classes of the escape and the sanitizer, for one repertoire."""
+#: The regex sources of the classes: ``<``, an opening that may name a tag, what is stripped.
+_Patterns = tuple[str, str, str]
 
-    def __init__(self, limit: int) -> None:
-        letters = set("</" + "".join(STRUCTURAL_TAGS))
-        ignorable = {code for low, high in DEFAULT_IGNORABLE for code in range(low, high + 1)}
-        if limit <= 0x80:
-            ignorable.clear()
-        joiners: list[int] = []  # invisible, and not a space: may sit inside a name
-        spaces: list[int] = []
-        strip: list[int] = []
-        folds: dict[str, list[int]] = {char: [] for char in letters}
-        category, decomposition, normalize = (
-            unicodedata.category,
-            unicodedata.decomposition,
-            unicodedata.normalize,
-        )
-        for code in range(limit):
-            char = chr(code)
-            kind = category(char)
-            if kind in _INVISIBLE_CATEGORIES or code in ignorable:
-                (spaces if char.isspace() else joiners).append(code)
-                if kind in _STRIPPED_CATEGORIES or code in ignorable:
-                    strip.append(code)
-                continue
-            # A character without a decomposition is its own NFKC form.
-            folded = (normalize("NFKC", char) if decomposition(char) else char).casefold()
-            if folded in letters:
-                folds[folded].append(code)
-        beyond = [code for code in ignorable if code >= limit]
-        joiners += beyond
-        strip += beyond
-        joiner = f"[{_ranges(joiners)}]"
-        skip = f"(?:{joiner}|[{_ranges(spaces)}{_ranges(folds['/'])}])"
-        letter = f"[{_ranges([c for ch in letters - set('</') for c in folds[ch]])}]"
-        lt = f"[{_ranges(folds['<'])}]"
-        self.less_than = re.compile(lt)
-        # "<", anything invisible or a slash, then a run of name characters (letters may hide
-        # invisible joiners between them): whether the run names a tag is decided by _is_tag.
-        self.opening = re.compile(f"{lt}{skip}*((?:\\w|{letter}|{joiner}){{1,{_NAME_RUN}}})")
-        self.strip = re.compile(f"[{_ranges(strip)}]")
+
+def _patterns(limit: int) -> _Patterns:
+    """Derive the classes from Unicode properties, for code points below ``limit``."""
+    letters = set("</" + "".join(STRUCTURAL_TAGS))
+    ignorable = {code for low, high in DEFAULT_IGNORABLE for code in range(low, high + 1)}
+    if limit <= 0x80:
+        ignorable.clear()
+    joiners: list[int] = []  # invisible, and not a space: may sit inside a name
+    spaces: list[int] = []
+    strip: list[int] = []
+    folds: dict[str, list[int]] = {char: [] for char in letters}
+    category, decomposition, normalize = (
+        unicodedata.category,
+        unicodedata.decomposition,
+        unicodedata.normalize,
+    )
+    for code in range(limit):
+        char = chr(code)
+        kind = category(char)
+        if kind in _INVISIBLE_CATEGORIES or code in ignorable:
+            (spaces if char.isspace() else joiners).append(code)
+            if kind in _STRIPPED_CATEGORIES or code in ignorable:
+                strip.append(code)
+            continue
+        # A character without a decomposition is its own NFKC form.
+        folded = (normalize("NFKC", char) if decomposition(char) else char).casefold()
+        if folded in letters:
+            folds[folded].append(code)
+    beyond = [code for code in ignorable if code >= limit]
+    joiners += beyond
+    strip += beyond
+    joiner = f"[{_ranges(joiners)}]"
+    skip = f"(?:{joiner}|[{_ranges(spaces)}{_ranges(folds['/'])}])"
+    letter = f"[{_ranges([c for ch in letters - set('</') for c in folds[ch]])}]"
+    lt = f"[{_ranges(folds['<'])}]"
+    # "<", anything invisible or a slash, then a run of name characters (letters may hide
+    # invisible joiners between them): whether the run names a tag is decided by _is_tag.
+    opening = f"{lt}{skip}*((?:\\w|{letter}|{joiner}){{1,{_NAME_RUN}}})"
+    return lt, opening, f"[{_ranges(strip)}]"
+
+
+class _Classes:
+    """The character classes of the escape and the sanitizer, for one repertoire, compiled."""
+
+    def __init__(self, patterns: _Patterns) -> None:
+        self.less_than, self.opening, self.strip = map(re.compile, patterns)
 
 
 @functools.cache
 def _classes(ascii_only: bool) -> _Classes:
-    # Built on first use: the full repertoire costs ~20 ms, which plain ASCII text never pays.
-    return _Classes(0x80 if ascii_only else _SCAN_LIMIT)
+    if ascii_only:
+        return _Classes(_patterns(0x80))
+    # Deriving the full repertoire walks 128 K code points (~35-65 ms, in every worker that first
+    # meets non-ASCII text); the result is shipped precomputed for this Python's Unicode version.
+    from aotui.protocol import _unicode_classes as shipped
+
+    if unicodedata.unidata_version == shipped.UNIDATA_VERSION:
+        return _Classes((shipped.LESS_THAN, shipped.OPENING, shipped.STRIP))
+    return _Classes(_patterns(_SCAN_LIMIT))
+
+
+def shipped_classes_source() -> str:
+    """The text of ``protocol/_unicode_classes.py`` for this Python's Unicode version."""
+    less_than, opening, strip = _patterns(_SCAN_LIMIT)
+    return (
+        '"""Generated by ``structure.shipped_classes_source()``: the full-repertoire classes of\n'
+        "protocol/structure.py, precomputed (tests/test_unicode_classes.py checks and rewrites it\n"
+        'with AOTUI_UPDATE_GOLDEN=1)."""\n\n'
+        f"UNIDATA_VERSION = {unicodedata.unidata_version!a}\n"
+        f"LESS_THAN = {less_than!a}\n"
+        f"OPENING = {opening!a}\n"
+        f"STRIP = {strip!a}\n"
+    )
 
 
 _TAGS = frozenset(STRUCTURAL_TAGS)
