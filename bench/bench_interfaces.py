@@ -8,8 +8,10 @@ One desktop runs the ``echo`` app (its ``noop`` answers at once). Measured:
   (stdio): ``snapshot`` and a no-op ``exec``;
 - the ``aotui`` command as a shell agent runs it, a whole process a call: ``snapshot``, a no-op
   ``exec`` and ``status``, each paired run by run with a bare ``python -c pass`` (issue 13's goal:
-  a median at most 60 ms over the bare interpreter's). The children keep their bytecode in a
-  temporary cache, as an installed package has it compiled, whatever PYTHONDONTWRITEBYTECODE says.
+  a median at most 60 ms wall; the goal column also says whether it is at most 60 ms over the
+  bare interpreter's, which a loaded machine slows as much as it slows us). The children keep
+  their bytecode in a temporary cache, as an installed package has it compiled, whatever
+  PYTHONDONTWRITEBYTECODE says.
 
 Goals from seed 002: RPC p95 < 100 ms and snapshot export < 10 ms; the issue asks to beat them by
 an order of magnitude, so the ``×10`` column checks p95 < 10 ms and < 1 ms.
@@ -46,7 +48,8 @@ MCP_ROUNDS = 200
 #: (name, goal in ms for p95) per seed 002.
 RPC_GOAL_MS = 100.0
 EXPORT_GOAL_MS = 10.0
-#: Issue 13: an ``aotui`` call's median wall time at most this much over ``python -c pass``.
+#: Issue 13: an ``aotui`` call's median wall time at most this (and, read against the same run's
+#: ``python -c pass``, at most this much over it).
 CLI_GOAL_MS = 60.0
 CLI_ROUNDS = 21
 
@@ -174,10 +177,11 @@ def _cli_figures(desktop: Desktop) -> dict[str, float]:
                 theirs.append(_run_ms(bare, env))
             mine, base = (statistics.median(wall for wall, _ in runs) for runs in (ours, theirs))
             cpu = statistics.median(c for _, c in ours) - statistics.median(c for _, c in theirs)
-            verdict = "ok" if mine - base <= CLI_GOAL_MS else "MISSED"
+            wall = "ok" if mine <= CLI_GOAL_MS else "MISSED"
+            over = "ok" if mine - base <= CLI_GOAL_MS else "MISSED"
             print(
                 f"{name:<20}{mine:>9.1f}{base:>9.1f}{mine - base:>8.1f}{mine / base:>7.2f}"
-                f"{cpu:>9.1f}  +{CLI_GOAL_MS:g} ms {verdict}"
+                f"{cpu:>9.1f}  <= {CLI_GOAL_MS:g} ms wall {wall}, +{CLI_GOAL_MS:g} ms {over}"
             )
             figures[f"cli {name} median ms"] = mine
             figures[f"cli {name} over bare ms"] = mine - base

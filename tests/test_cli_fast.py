@@ -1,9 +1,11 @@
 """A shell agent pays the CLI's start-up on every call: the everyday commands import little.
 
-``aotui snapshot``, ``exec`` and ``status`` need the client (pyzmq, msgpack, the codec), argument
-parsing and output formatting; the runtime of ``aotui up`` (asyncio), the store (sqlite3), the
-renderer (jinja2, lxml), the watchdog (psutil) and ``aotui mcp`` (the MCP SDK) are not theirs to
-load. Each check runs the commands in a fresh interpreter and reads its ``sys.modules``.
+``aotui snapshot``, ``exec`` and ``status`` need the JSON-RPC client (a socket and json), argument
+parsing and output formatting; the ZeroMQ client (pyzmq, msgpack, the codec and message classes,
+dataclasses) only for a desktop without ``rpc.sock``; the runtime of ``aotui up`` (asyncio), the
+store (sqlite3), the renderer (jinja2, lxml), the watchdog (psutil) and ``aotui mcp`` (the MCP
+SDK) are not theirs to load. Each check runs the commands in a fresh interpreter and reads its
+``sys.modules``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ HEAVY = {
     "aotui.protocol.worker_messages": "the supervisor's workers and zygote (their messages)",
     # argparse imports it (with bz2 and lzma) for the terminal width, ~2 ms; cli.py finds it.
     "shutil": "file operations (aotui up, logs)",
+    # The fast commands ask on rpc.sock: pyzmq's package init alone was ~11 ms of CPU a call.
+    "zmq": "the ZeroMQ client (a desktop without rpc.sock) and the supervisor",
+    "msgpack": "the ZeroMQ client's codec",
+    "aotui.protocol.codec": "the ZeroMQ client",
+    "aotui.protocol.messages": "the ZeroMQ client",
+    "aotui.supervisor.interface.client": "the other commands",
+    # inspect, ast and dis come with it, ~6 ms.
+    "dataclasses": "the ZeroMQ client's messages, the supervisor",
 }
 
 # Runs each argv through main() in one interpreter, then writes its sys.modules to argv[2].
@@ -95,7 +105,21 @@ def test_fast_commands_on_a_live_desktop_import_nothing_heavy(
     )
     assert codes == [0, 0, 0, 0]
     assert heavy_in(modules) == {}
-    assert "zmq" in modules  # the probe ran the real client
+    assert "aotui.supervisor.interface.rpc_client" in modules
+
+
+def test_the_check_sees_the_zeromq_fallback(start_desktop: Start, tmp_path: Path) -> None:
+    # A desktop without rpc.sock (older than it) is asked on its control socket: zmq comes in.
+    desktop = start_desktop(["echo"])
+    rpc = desktop.runtime / desktop.name / "rpc.sock"
+    rpc.rename(rpc.with_name("rpc.sock.aside"))
+    where = ["--desktop", desktop.name, "--socket", str(desktop.runtime)]
+    try:
+        codes, modules = run_cli([["status", *where], ["snapshot", "--plain", *where]], tmp_path)
+    finally:
+        rpc.with_name("rpc.sock.aside").rename(rpc)
+    assert codes == [0, 0]
+    assert {"zmq", "msgpack", "dataclasses"} <= set(heavy_in(modules))
 
 
 def test_fast_commands_without_a_desktop_import_nothing_heavy(tmp_path: Path) -> None:

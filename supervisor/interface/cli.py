@@ -7,8 +7,9 @@ Every command takes ``--json`` for machine-readable output.
 from __future__ import annotations
 
 # A shell agent pays this module's imports on every `aotui snapshot|exec|status`: at module level
-# only the client, argument parsing and output formatting. A command needing more (asyncio, the
-# store's sqlite3, the MCP SDK, ...) imports it in its own function; tests/test_cli_fast.py checks.
+# only argument parsing, output formatting and the JSON-RPC client (a socket and json). A command
+# needing more (the ZeroMQ client, asyncio, the store's sqlite3, the MCP SDK, ...) imports it in
+# its own function; tests/test_cli_fast.py checks.
 import argparse
 import gc
 import json
@@ -16,18 +17,17 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
-from aotui.protocol.messages import SignalReason
-from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.interface import rpc_client
 from aotui.supervisor.interface.reports import format_desktops, format_doctor, format_status
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from aotui.supervisor.interface.client import Client
 
-#: What ``aotui wait --reason`` accepts (CONTRACT §6).
-SIGNAL_REASONS = tuple(reason.value for reason in SignalReason)
+__all__ = ["main"]
 
 EPILOG = """\
 examples:
@@ -45,7 +45,24 @@ exit codes: 0 ok, 64 invalid command, 65 not found, 69 no desktop, 70 app/intern
 
 
 def _client(args: argparse.Namespace, timeout_s: float = 30.0) -> Client:
+    from aotui.supervisor.interface.client import Client
+
     return Client(args.desktop, args.socket, timeout_s=timeout_s)
+
+
+def _call(args: argparse.Namespace, method: str, **params: Any) -> Any:
+    """One call of ``snapshot|execute|status``: on ``rpc.sock``, else on the control socket.
+
+    The JSON-RPC client imports no pyzmq, msgpack or message classes (a third of a call's
+    start-up); a desktop without ``rpc.sock`` is asked through the ZeroMQ client, as before.
+    """
+    paths = DesktopPaths.for_desktop(args.desktop, args.socket)
+    try:
+        return rpc_client.call(paths, method, params, timeout_s=30.0)
+    except rpc_client.RpcUnreachable:
+        pass
+    with _client(args) as client:
+        return client.call(method, **params)
 
 
 def _emit(args: argparse.Namespace, result: Any, text: str | None = None) -> None:
@@ -111,6 +128,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _refuse_running(desktop: str, socket: str | None) -> None:
     """Refuse to start a desktop that already answers."""
+    from aotui.supervisor.interface.client import Client, DesktopUnavailable
+
     with Client(desktop, socket) as probe:
         try:
             running = probe.ping(timeout_s=1.0)
@@ -217,6 +236,8 @@ def cmd_desktops(args: argparse.Namespace) -> int:
         )
         _emit(args, result, text)
         return 0
+    from aotui.supervisor.interface.client import Client
+
     folder = data_home() / "desktops"
     rows = [describe_store(path) for path in stored_desktops(folder)]
     for row in rows:
@@ -237,7 +258,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     app = args.app
     if not app.startswith("app_"):
         try:
-            with Client(args.desktop, args.socket, timeout_s=5) as client:
+            with _client(args, timeout_s=5) as client:
                 app = next(r["app"] for r in client.status()["apps"] if r["id"] == app)
         except (AotuiError, StopIteration):
             raise AotuiError(
@@ -319,8 +340,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Supervisor and per-app status table."""
-    with _client(args) as client:
-        status = client.status()
+    status = _call(args, "status")
     _emit(args, status, format_status(status))
     return 0
 
@@ -328,12 +348,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """Print the desktop snapshot."""
     reader = _reader(args)
-    with _client(args) as client:
-        chosen = {name: getattr(args, name) for name in ("since", "app", "view", "max_tokens")}
-        pull = {name: value for name, value in chosen.items() if value is not None}
-        if args.no_instructions:
-            pull["include_instructions"] = False
-        result = client.call("snapshot", include_meta=args.include_meta, **pull, **reader)
+    chosen = {name: getattr(args, name) for name in ("since", "app", "view", "max_tokens")}
+    pull = {name: value for name, value in chosen.items() if value is not None}
+    if args.no_instructions:
+        pull["include_instructions"] = False
+    result = _call(args, "snapshot", include_meta=args.include_meta, **pull, **reader)
     if args.json:
         _emit(args, result)
     else:
@@ -354,8 +373,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     reader = _reader(args)
     if not reader and "execute" in text and not args.snapshot and not args.quiet:
         print(NO_SESSION, file=sys.stderr)  # only operations take refs
-    with _client(args) as client:
-        result = client.call("execute", text=text, snapshot_id=args.snapshot, **reader)
+    result = _call(args, "execute", text=text, snapshot_id=args.snapshot, **reader)
     waiting = result.get("waiting")
     if waiting is not None:  # seed 004: asked, not run; exit 0 (nothing failed)
         _emit(args, result, f"waiting for the user: {waiting['message']}")
@@ -740,7 +758,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parsers["logs"].add_argument("app", help="app_N (or manifest id, if the desktop runs)")
     parsers["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing")
     wait = parsers["wait"]
-    wait.add_argument("--reason", choices=SIGNAL_REASONS, help="until a signal with this reason")
+    if command in (None, "wait"):  # the message classes are not every command's to import
+        from aotui.protocol.messages import SignalReason
+
+        reasons = tuple(reason.value for reason in SignalReason)  # CONTRACT §6
+        wait.add_argument("--reason", choices=reasons, help="until a signal with this reason")
     wait.add_argument("--text", help="until this text appears in --app's views")
     wait.add_argument("--app", help="the app whose views --text is looked for in")
     wait.add_argument("--view", help="only this view of --app")
@@ -817,10 +839,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     handler = COMMANDS[args.command][0]
     try:
         return handler(args)
-    except DesktopUnavailable as exc:
-        _report(args, exc)
-        return EXIT_NO_DESKTOP
-    except AotuiError as exc:
+    except AotuiError as exc:  # no desktop (E_UNAVAILABLE) exits 69, as CONTRACT §7 says
         _report(args, exc)
         return exc.code.exit_code
     except KeyboardInterrupt:

@@ -51,6 +51,9 @@ class Param:
 
 _TEXT = Param((str,))
 _READER = {"session": _TEXT, "token": _TEXT}
+#: ``true``: answer as the control socket does (the CLI's fast path): a request without
+#: ``session`` has no session of the connection's own, and error messages are not sanitized.
+_AS_CONTROL = {"as_control": Param((bool,))}
 _STRUCTURED = {
     name: Param((str,)) for name in ("action", "app", "view", "operation", "snapshot_id")
 } | {"args": Param((dict,)), "fresh": Param((bool,))}
@@ -69,8 +72,14 @@ METHODS: dict[str, dict[str, Param]] = {
         "max_tokens": Param((int,)),
         "include_instructions": Param((bool,)),
         **_READER,
+        **_AS_CONTROL,
     },
-    "exec": {"text": Param((str,), required=True), "snapshot_id": _TEXT, **_READER},
+    "exec": {
+        "text": Param((str,), required=True),
+        "snapshot_id": _TEXT,
+        **_READER,
+        **_AS_CONTROL,
+    },
     "execute": {**_STRUCTURED, **_READER},
     "acquire": {"owner": Param((str,), required=True), "token": _TEXT},
     "release": {"token": _TEXT},
@@ -199,8 +208,13 @@ def result_line(request_id: RequestId, result: Any) -> bytes:
     return _line({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
-def error_line(request_id: RequestId, error: AotuiError | RpcFailure) -> bytes:
-    """An error response, one line: CONTRACT §7's JSON-RPC code, ``data: {code, recoverable}``."""
+def error_line(
+    request_id: RequestId, error: AotuiError | RpcFailure, sanitized: bool = True
+) -> bytes:
+    """An error response, one line: CONTRACT §7's JSON-RPC code, ``data: {code, recoverable}``.
+
+    ``sanitized=False`` keeps the message as raised, as the control socket sends it.
+    """
     if isinstance(error, RpcFailure):
         code = ErrorCode.E_INVALID_CMD
         body = {
@@ -210,8 +224,8 @@ def error_line(request_id: RequestId, error: AotuiError | RpcFailure) -> bytes:
         }
     else:
         body = error.to_jsonrpc()
-        # The last gate before the agent: a message may quote app text.
-        body["message"] = sanitize(error.message, limit=4000)
+        if sanitized:  # the last gate before the agent: a message may quote app text
+            body["message"] = sanitize(error.message, limit=4000)
     return _line({"jsonrpc": "2.0", "id": request_id, "error": body})
 
 

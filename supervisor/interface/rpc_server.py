@@ -276,7 +276,8 @@ class RpcServer:
                 except _BadParams as exc:
                     reply = error_line(call.id, RpcFailure(call.id, INVALID_PARAMS, str(exc)))
                 except AotuiError as exc:
-                    reply = error_line(call.id, exc)
+                    raw = call.params.get("as_control") is True  # as the control socket says it
+                    reply = error_line(call.id, exc, sanitized=not raw)
                 except Exception as exc:  # noqa: BLE001 - our bug: logged, answered E_INTERNAL
                     log.error("internal error: %s", traceback.format_exc())
                     internal = AotuiError(
@@ -411,8 +412,13 @@ class RpcServer:
 
 
 def _reader(connection: _Connection, params: dict[str, Any]) -> dict[str, Any]:
-    """Who is asking: the call's own session and token, else the connection's."""
+    """Who is asking: the call's own session and token, else the connection's.
+
+    With ``as_control`` (the CLI) the connection has no session: as on the control socket, the
+    lease owner's is used when the token proves it, else none.
+    """
+    own = None if params.get("as_control") is True else connection.session
     return {
-        "session": params.get("session") or connection.session,
+        "session": params.get("session") or own,
         "token": params.get("token") or connection.token,
     }
