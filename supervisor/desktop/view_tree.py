@@ -179,11 +179,8 @@ class SanitizedStrings:
 
     def link(self, link: ChildLink) -> ChildLink:
         """The link with its label and description sanitized (the key is the app's own)."""
-        raw = (link.key, link.label, link.description)
-        try:
-            clean = self.links.newer.get(raw) or self.links.get(raw)
-        except TypeError:  # not a str (the codec lets none through): unhashable, not kept
-            clean = None
+        raw = (link.key, link.label, link.description)  # strs: the codec lets nothing else in
+        clean = self.links.newer.get(raw) or self.links.get(raw)
         if clean is None:
             clean = ChildLink(link.key, self.line(link.label), self.line(link.description, 300))
             if all(type(text) is str and len(text) <= MEMO_LONGEST for text in raw):
@@ -196,15 +193,20 @@ class SanitizedStrings:
         snapshot or quoted in an error message) sanitized; the Markdown is filled in by
         ``ViewTree.apply``."""
         line = self.line
+        # A ref name sent lately (the usual case) costs one lookup here, not a call of line().
+        seen = self.strings.newer.get
+        linked = self.links.newer.get
         return ViewRecord(
             key=fragment.key,
             name=line(fragment.name),
             parent=fragment.parent,
             mounted=fragment.mounted,
             markdown="",
-            refs={line(ref): value for ref, value in fragment.refs.items()},
-            keys={line(ref): key for ref, key in fragment.keys.items()},
-            ref_types={line(ref): line(kind) for ref, kind in fragment.ref_types.items()},
+            refs={seen(ref) or line(ref): value for ref, value in fragment.refs.items()},
+            keys={seen(ref) or line(ref): key for ref, key in fragment.keys.items()},
+            ref_types={
+                seen(ref) or line(ref): line(kind) for ref, kind in fragment.ref_types.items()
+            },
             operations=[
                 OperationSpec(
                     line(op.op_id),
@@ -215,7 +217,10 @@ class SanitizedStrings:
                 )
                 for op in fragment.operations
             ],
-            links=[self.link(link) for link in fragment.links],
+            links=[
+                linked((link.key, link.label, link.description)) or self.link(link)
+                for link in fragment.links
+            ],
             modal=fragment.modal,
             size=size,
         )
