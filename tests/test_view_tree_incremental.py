@@ -1,11 +1,12 @@
 """An update costs the supervisor what it changed: the view tree's memo of sanitized strings.
 
 A worker re-sends a whole view when one item of it changed (a 50-note page after ``add_note``).
-:class:`SanitizedStrings` keeps, per app, what :func:`sanitize` made of the strings that app sent
-lately, so only the changed ones pass it again. These tests drive a real :class:`ViewTree` and
-count the real sanitizer's calls (a spy that calls through); they check that the records are the
-ones sanitizing every string afresh makes, that a changed string is sanitized again, that one
-app's strings are never reused for another, and that the memo stays within its bounds.
+:class:`SanitizedStrings` keeps, per view of each app, what :func:`sanitize` made of the strings
+its current record was made from, so only the changed ones pass it again. These tests drive a real
+:class:`ViewTree` and count the real sanitizer's calls (a spy that calls through); they check that
+the records are the ones sanitizing every string afresh makes, that a changed string is sanitized
+again, that one app's strings are never reused for another, and that the memo holds no more than
+the records.
 """
 
 from __future__ import annotations
@@ -18,12 +19,7 @@ import pytest
 from aotui.protocol.messages import ChildLink, FragmentUpdate, OperationSpec, ViewFragment
 from aotui.protocol.structure import contains_structural, sanitize
 from aotui.supervisor.desktop import view_tree
-from aotui.supervisor.desktop.view_tree import (
-    MEMO_CHARS,
-    MEMO_LONGEST,
-    ViewRecord,
-    ViewTree,
-)
+from aotui.supervisor.desktop.view_tree import MEMO_LONGEST, ViewRecord, ViewTree
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -161,9 +157,10 @@ def test_a_changed_string_is_sanitized_again(sanitized: list[str]) -> None:
     label = tree.rendered["notes"].links[10].label
     assert label == "&lt;view id='x'>Groceries"
     sanitized.clear()
-    tree.apply(FragmentUpdate([_page(0, {10: "Groceries"})]))  # back: from the memo
+    tree.apply(FragmentUpdate([_page(0, {10: "Groceries"})]))
     assert tree.rendered["notes"].links[10].label == "Groceries"
-    assert "Groceries" not in sanitized
+    assert sanitized == ["Groceries", _resolved(_page(0, {10: "Groceries"}).markdown, tree)]
+    assert "<view id='x'>Groceries" not in tree.sanitized["notes"].strings  # only what is shown
 
 
 def test_one_apps_strings_are_never_reused_for_another(sanitized: list[str]) -> None:
@@ -183,23 +180,22 @@ def test_one_apps_strings_are_never_reused_for_another(sanitized: list[str]) -> 
         assert not contains_structural(record.links[0].label)
 
 
-def test_the_memo_is_bounded_per_app() -> None:
+def test_the_memo_holds_only_the_strings_of_the_current_records() -> None:
     tree = ViewTree()
-    for page in range(40):  # ~250 KB of fresh 100-character titles, then more
+    for page in range(40):  # fresh titles each time: ~200 KB of strings in all
         titles = {n: f"{page:03d}-{n:03d}-" + "t" * 92 for n in range(50)}
         tree.apply(FragmentUpdate([_page(0, titles)]))
-    memo = tree.sanitized
-    for recent in (memo.strings, memo.links):
-        assert recent.chars <= MEMO_CHARS
-        # Each entry is charged at least its _ENTRY_CHARS: so many fit in two generations.
-        assert len(recent.newer) + len(recent.older) <= 2 * MEMO_CHARS // 64
-        keys = (*recent.newer, *recent.older)
-        kept = sum(len(key) if isinstance(key, str) else len(key[0]) for key in keys)
-        assert kept <= 2 * MEMO_CHARS
+        memo = tree.sanitized["notes"]
+        record = tree.rendered["notes"]
+        assert not memo.previous_strings  # what the last update was made from is let go
+        assert not memo.previous_links
+        assert set(memo.links.values()) == set(record.links)
+        shown = {link.label for link in record.links} | set(record.refs) | {"Notes", "note"}
+        shown |= {text for op in record.operations for text in (op.op_id, op.label)}
+        assert {key for key in memo.strings if isinstance(key, str)} <= shown
     assert tree.rendered["notes"] == _expected(_page(0, titles), tree)
     tree.reset_fragments()  # the worker is gone: a stopped app keeps none of its strings
-    assert not tree.sanitized.strings.newer
-    assert not tree.sanitized.links.newer
+    assert tree.sanitized == {}
 
 
 def test_links_resolve_as_they_did_one_by_one() -> None:

@@ -7,9 +7,9 @@ against, a wait reads and a chaos fault perturbs). Ids are assigned in
 level order of the view tree as views are discovered and never change while the app lives, so the
 ``(view:@key)`` links of a fragment are resolved to ``(view:view_N)`` once, when it arrives.
 Fragment text passes :func:`~protocol.structure.sanitize` again here because a compromised worker
-can send anything; each app's :class:`SanitizedStrings` remembers what it made of the strings the
-app sent lately, so an update that changed one item of a page sanitizes that item's strings and the
-Markdown, not the whole page again. What a worker may keep cached here is bounded
+can send anything; each view's :class:`SanitizedStrings` remembers what it made of the strings of
+the view's current record, so an update that changed one item of a page sanitizes that item's
+strings and the Markdown, not the whole page again. What a worker may keep cached here is bounded
 (:data:`MAX_FRAGMENTS`, :data:`MAX_FRAGMENT_BYTES`, :data:`MAX_VIEW_IDS` views in the tree at
 once): an update past a budget is refused, which kills the worker as a protocol violation. The ids
 remembered for views that have left the tree are bounded too (:data:`MAX_VIEW_IDS` in all): past it
@@ -25,7 +25,7 @@ import re
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import ChildLink, FragmentUpdate, OperationSpec, ViewFragment
@@ -35,7 +35,6 @@ __all__ = [
     "MAX_FRAGMENTS",
     "MAX_FRAGMENT_BYTES",
     "MAX_VIEW_IDS",
-    "MEMO_CHARS",
     "MEMO_LONGEST",
     "SanitizedStrings",
     "TreeNode",
@@ -51,12 +50,8 @@ MAX_FRAGMENT_BYTES = 8 << 20
 #: …views it may have in its tree at once, and view ids the supervisor remembers for it.
 MAX_VIEW_IDS = 4096
 
-#: Characters of raw → sanitized strings one app's :class:`SanitizedStrings` keeps per generation…
-MEMO_CHARS = 1 << 16
-#: …each string at most this long (a longer one is sanitized every time).
+#: The longest string a view's :class:`SanitizedStrings` keeps (a longer one is sanitized again).
 MEMO_LONGEST = 1000
-#: What an entry costs besides its characters (its dict slot, key tuple and str headers).
-_ENTRY_CHARS = 64
 
 #: The first line of an open dialog's view: the app's other views are not shown meanwhile.
 DIALOG_LINE = (
@@ -65,9 +60,6 @@ DIALOG_LINE = (
 )
 
 _LINK = re.compile(r"\(view:@([^)\s]+)\)")
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 def attribute_text(text: str) -> str:
@@ -112,97 +104,70 @@ class ViewRecord:
     size: int = 0
 
 
-class _Recent(Generic[K, V]):
-    """A bounded memo that keeps what was used lately: two generations of entries, the newer
-    one at most ``budget`` characters; when it is full it becomes the older one and the previous
-    older one is dropped. A hit in the older generation moves the entry into the newer one."""
-
-    __slots__ = ("budget", "chars", "newer", "older")
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        #: Characters charged to ``newer`` so far.
-        self.chars = 0
-        self.newer: dict[K, V] = {}
-        self.older: dict[K, V] = {}
-
-    def get(self, key: K) -> V | None:
-        """The value kept for ``key``, or ``None``."""
-        value = self.newer.get(key)
-        if value is None:
-            value = self.older.get(key)
-            if value is not None:
-                self.keep(key, value, 0)
-        return value
-
-    def keep(self, key: K, value: V, chars: int) -> None:
-        """Remember ``value`` for ``key``, charged ``chars`` characters."""
-        chars += _ENTRY_CHARS
-        if self.chars + chars > self.budget:
-            self.older, self.newer, self.chars = self.newer, {}, 0
-        self.newer[key] = value
-        self.chars += chars
-
-
 class SanitizedStrings:
-    """One app's memo of sanitized strings and links, so an update sanitizes only what changed.
+    """What the sanitizer made of one view's strings and links, for its next update to reuse.
 
-    A 50-note page is ~320 short strings (refs, keys, types, link labels and descriptions), nearly
-    all as the app's last update sent them, and 51 links. An entry is keyed by the exact raw
-    strings (and the limit), so it is what :func:`~protocol.structure.sanitize` returns for them:
-    the records are the same as without the memo. Each view tree (one app incarnation) has its
-    own, so one app's strings never reach another's output; it is bounded (:data:`MEMO_CHARS`
-    per generation, strings over :data:`MEMO_LONGEST` are sanitized every time).
+    A 50-note page is ~320 short strings (refs, keys, types, link labels and descriptions) and 51
+    links, nearly all as the view's last update sent them. Converting an update looks each raw
+    string up in what the view's previous record was made from and sanitizes only those not found;
+    an entry is keyed by the exact raw text (and its limit), so it is what
+    :func:`~protocol.structure.sanitize` returns: the record is the same as sanitizing afresh.
+    Each view of each app has its own, holding only the strings of its current record (which
+    shares them when sanitizing left a string as it was), so one app's strings never reach
+    another's output and the memo is bounded by what the supervisor keeps of the view anyway.
+    A string over :data:`MEMO_LONGEST` characters is sanitized every time.
     """
 
-    __slots__ = ("links", "strings")
+    __slots__ = ("links", "previous_links", "previous_strings", "strings")
 
-    def __init__(self) -> None:
+    def __init__(self, previous: SanitizedStrings | None = None) -> None:
         #: Keyed by the text alone for the usual limit of 200, else by (text, limit).
-        self.strings: _Recent[str | tuple[str, int], str] = _Recent(MEMO_CHARS)
-        self.links: _Recent[tuple[str, str, str], ChildLink] = _Recent(MEMO_CHARS)
+        self.strings: dict[str | tuple[str, int], str] = {}
+        self.links: dict[tuple[str, str, str], ChildLink] = {}
+        self.previous_strings = previous.strings if previous is not None else {}
+        self.previous_links = previous.links if previous is not None else {}
 
     def line(self, text: str, limit: int = 200) -> str:
-        """``sanitize(text, limit=limit)``, from the memo when this app sent ``text`` lately."""
+        """``sanitize(text, limit=limit)``, reused when the view's last update sent ``text`` too."""
         if type(text) is not str or len(text) > MEMO_LONGEST:
             return sanitize(text, limit=limit)
         key = text if limit == 200 else (text, limit)
-        clean = self.strings.newer.get(key)  # the common case, without a call
+        clean = self.strings.get(key)
         if clean is None:
-            clean = self.strings.get(key)
+            clean = self.previous_strings.get(key)
             if clean is None:
                 clean = sanitize(text, limit=limit)
                 if clean == text:  # the usual case: the record and the memo share one string
                     clean = text
-                self.strings.keep(key, clean, len(text) + len(clean))
+            self.strings[key] = clean
         return clean
 
     def link(self, link: ChildLink) -> ChildLink:
         """The link with its label and description sanitized (the key is the app's own)."""
         raw = (link.key, link.label, link.description)  # strs: the codec lets nothing else in
-        clean = self.links.newer.get(raw) or self.links.get(raw)
+        clean = self.previous_links.get(raw)
         if clean is None:
             clean = ChildLink(link.key, self.line(link.label), self.line(link.description, 300))
-            if all(type(text) is str and len(text) <= MEMO_LONGEST for text in raw):
-                self.links.keep(raw, clean, sum(map(len, raw)))
+            if not all(type(text) is str and len(text) <= MEMO_LONGEST for text in raw):
+                return clean
+        self.links[raw] = clean
         return clean
 
     def record(self, fragment: ViewFragment, size: int) -> ViewRecord:
         """The fragment as the supervisor keeps it: every string the agent may be shown (names,
         labels, descriptions, operation ids and argument schemas, ref names and types, in a
         snapshot or quoted in an error message) sanitized; the Markdown is filled in by
-        ``ViewTree.apply``."""
+        ``ViewTree.apply``. Then only what this record was made from is kept."""
         line = self.line
-        # A ref name sent lately (the usual case) costs one lookup here, not a call of line().
-        seen = self.strings.newer.get
-        linked = self.links.newer.get
-        return ViewRecord(
+        # A ref name met before in this update (it is in refs, keys and types) costs one lookup.
+        seen = self.strings.get
+        record = ViewRecord(
             key=fragment.key,
             name=line(fragment.name),
             parent=fragment.parent,
             mounted=fragment.mounted,
             markdown="",
-            refs={seen(ref) or line(ref): value for ref, value in fragment.refs.items()},
+            refs={line(ref): value for ref, value in fragment.refs.items()},
             keys={seen(ref) or line(ref): key for ref, key in fragment.keys.items()},
             ref_types={
                 seen(ref) or line(ref): line(kind) for ref, kind in fragment.ref_types.items()
@@ -217,13 +182,12 @@ class SanitizedStrings:
                 )
                 for op in fragment.operations
             ],
-            links=[
-                linked((link.key, link.label, link.description)) or self.link(link)
-                for link in fragment.links
-            ],
+            links=[self.link(link) for link in fragment.links],
             modal=fragment.modal,
             size=size,
         )
+        self.previous_strings, self.previous_links = {}, {}
+        return record
 
 
 @dataclass(frozen=True)
@@ -248,8 +212,8 @@ class ViewTree:
         self.hidden: set[str] = set()
         #: The next ``view_N``: a forgotten id is never handed to another view.
         self.next_id = 0
-        #: This app's sanitized strings, reused while it sends them unchanged.
-        self.sanitized = SanitizedStrings()
+        #: What each cached view's strings were sanitized to, for its next update to reuse.
+        self.sanitized: dict[str, SanitizedStrings] = {}
 
     def restore_ids(self, ids: dict[str, str]) -> None:
         """Take back the ids handed out before a restore (``key → view_N``)."""
@@ -266,8 +230,12 @@ class ViewTree:
         nothing of it is kept.
         """
         share = frame_bytes // max(len(update.views), 1)
+        memos = {
+            fragment.key: SanitizedStrings(self.sanitized.get(fragment.key))
+            for fragment in update.views
+        }
         arriving = {
-            fragment.key: self.sanitized.record(fragment, max(share, len(fragment.markdown)))
+            fragment.key: memos[fragment.key].record(fragment, max(share, len(fragment.markdown)))
             for fragment in update.views
         }
         count = len(self.rendered.keys() | arriving.keys())
@@ -293,6 +261,7 @@ class ViewTree:
             size = max(view.size, len(markdown.encode()))
             views[fragment.key] = dataclasses.replace(view, markdown=markdown, size=size)
         self.rendered = views
+        self.sanitized.update(memos)
 
     def substitute(self, view: ViewRecord) -> None:
         """Show ``view`` in place of the cached view with its key (a chaos run's drift or lie);
@@ -302,7 +271,7 @@ class ViewTree:
     def reset_fragments(self) -> None:
         """Forget the views (the worker is gone) but keep ids: a restart reuses them."""
         self.rendered = {}
-        self.sanitized = SanitizedStrings()  # an app that stays stopped holds none of its strings
+        self.sanitized = {}
 
     def _resolve(self, markdown: str) -> str:
         # Split rather than sub with a callback: a 50-link page costs a third less.
