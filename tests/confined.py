@@ -22,8 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from aotui.sandbox.cgroups import remove_cgroups
 from aotui.sandbox.confine import confine
+from aotui.sandbox.policy import DEFAULT_LIMITS
 
 ROOT = os.geteuid() == 0
 #: The per-app uid root workers drop to in these tests.
@@ -34,6 +37,10 @@ NOBODY = 65534
 MODES = ["root", "nobody"] if ROOT else ["user"]
 #: The cgroup name every test worker uses (``aotui-test-<pid>``).
 APP = "aotui-test"
+
+#: Address space a zygote has mapped when it forks a worker (rlimits.ADDRESS_SPACE_BASE_MB
+#: counts it with margin); a child forked from this test process inherits the process's own.
+ZYGOTE_MAPPED_MB = 180
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
@@ -67,7 +74,15 @@ class Tree:
     secret: Path
 
     def policy(self, mode: str, **overrides: Any) -> dict[str, Any]:
-        """A worker policy over this tree for ``mode``."""
+        """A worker policy over this tree for ``mode``.
+
+        Unless the test sets ``memory_mb``, the default is raised by what this process has
+        mapped beyond a zygote: the child is forked from here, and the ``RLIMIT_AS`` backstop
+        counts the address space it inherits. A pytest worker that has run half the suite maps
+        far more than a zygote (malloc arenas of finished threads), and a backstop it already
+        exceeds fails every new mapping: SQLite's WAL index, for one ("disk I/O error").
+        """
+        limits = {"memory_mb": DEFAULT_LIMITS["memory_mb"] + inherited_excess_mb()}
         policy: dict[str, Any] = {
             "app": APP,
             "app_dir": str(self.app),
@@ -76,7 +91,14 @@ class Tree:
             "uid": APP_UID if mode == "root" else None,
         }
         policy.update(overrides)
+        policy["limits"] = {**limits, **policy.get("limits", {})}
         return policy
+
+
+def inherited_excess_mb() -> int:
+    """Address space this process maps beyond a zygote's, which a forked child inherits."""
+    mapped_mb = psutil.Process().memory_info().vms >> 20
+    return max(0, mapped_mb - ZYGOTE_MAPPED_MB)
 
 
 APP_SOURCE = """
