@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotui.sandbox import cgroups, handles, landlock, namespaces, rlimits, seccomp
+from aotui.sandbox.layer_names import required_layers
 from aotui.sandbox.linux import set_no_new_privs
 from aotui.sandbox.policy import Policy, default_runtime_read
 
@@ -62,16 +63,6 @@ class ConfinementError(RuntimeError):
         self.missing = dict(missing)
         detail = "; ".join(f"{layer} ({reason})" for layer, reason in sorted(self.missing.items()))
         super().__init__(f"strict mode refuses to run the app: missing layers: {detail}")
-
-
-def required_layers(root: bool) -> frozenset[str]:
-    """The layers strict mode insists on, as root or as an unprivileged user."""
-    common = {"minimal-env", "no-core-dumps", "rlimits", "netns", "ipcns", "no-new-privs"}
-    common |= {"landlock", "seccomp"}
-    if root:
-        return frozenset(common | {"uid-drop", "cgroup"})
-    # Without a uid of its own, only the Landlock scope stops signals to same-uid processes.
-    return frozenset(common | {"userns", "landlock-scope"})
 
 
 @dataclass

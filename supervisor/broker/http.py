@@ -39,6 +39,7 @@ from aotui.supervisor.broker.net_policy import (
     host_allowed,
     normalise_host,
 )
+from aotui.supervisor.broker.sizes import BROKER_THREADS, BROKER_THREADS_PER_APP
 from aotui.supervisor.manifest import Permission
 
 __all__ = [
@@ -55,11 +56,6 @@ __all__ = [
     "host_allowed",
     "policy_from_permissions",
 ]
-
-#: Threads performing brokered requests for the whole desktop…
-BROKER_THREADS = 8
-#: …of which one app may hold at most this many (its other requests wait their turn).
-BROKER_THREADS_PER_APP = 4
 
 #: The methods an app may use.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

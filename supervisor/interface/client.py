@@ -39,6 +39,9 @@ from aotui.supervisor.paths import DesktopPaths, is_listening
 
 __all__ = ["Client", "DesktopUnavailable"]
 
+#: How soon a client's sockets try again after their desktop went away (ZeroMQ's default: 100).
+RECONNECT_MS = 10
+
 
 class DesktopUnavailable(AotuiError):
     """No desktop answers at the endpoint (not started, or gone): ``E_UNAVAILABLE``, exit 69."""
@@ -68,6 +71,11 @@ class Client:
         self.snapshot_id: str | None = None
         self._ids = itertools.count(1)
         self._context = zmq.Context()
+        # A restarted desktop (`up` after a crash) is reached again within RECONNECT_MS, not
+        # ZeroMQ's default 100 ms. No back-off: it would double the pause while the desktop is
+        # down and reach it late once it is back; a try is one refused connect(2) on a local
+        # socket, and a socket found dead by a call is closed.
+        self._context.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
         self._sock: zmq.Socket[bytes] | None = None
         self._heartbeat: threading.Thread | None = None
         self._heartbeat_stop = threading.Event()

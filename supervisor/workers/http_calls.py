@@ -3,6 +3,9 @@
 Brokered HTTP has threads of its own, so slow servers cannot starve the store's writes; each
 worker has its share of them (``WorkerHandle.http_slots``) and at most
 :data:`MAX_HTTP_IN_FLIGHT` calls in flight: more is a flood, and kills it.
+
+The broker is imported at the first call, not with the supervisor: it loads ``http.client``,
+``ssl`` and ``email`` (~8 ms of every start, for apps that may never make a request).
 """
 
 from __future__ import annotations
@@ -10,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import zmq
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import HttpCall, HttpResult
-from aotui.supervisor.broker.http import broker_pool, fetch, policy_from_permissions
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.handle import WorkerHandle
@@ -34,10 +37,19 @@ class HttpCalls:
 
     def __init__(self, host: RunnerHost) -> None:
         self.host = host
-        self.pool = broker_pool()
+        self._pool: ThreadPoolExecutor | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         #: Bends an app's brokered fetch (a chaos run's http_fault), or None.
         self.fault: Callable[[AppRecord, Callable[..., Any]], Callable[..., Any]] | None = None
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The broker's thread pool, made at the first call (its threads start as calls come)."""
+        if self._pool is None:
+            from aotui.supervisor.broker.http import broker_pool
+
+            self._pool = broker_pool()
+        return self._pool
 
     def submit(self, app: AppRecord, worker: WorkerHandle, call: HttpCall) -> None:
         """Start performing ``call`` for ``worker``; a worker over its in-flight cap is killed."""
@@ -52,6 +64,8 @@ class HttpCalls:
 
     async def _perform(self, app: AppRecord, worker: WorkerHandle, call: HttpCall) -> None:
         """Perform one brokered HTTP request off the loop and answer the worker."""
+        from aotui.supervisor.broker.http import fetch, policy_from_permissions
+
         policy = policy_from_permissions(
             app.manifest.permissions, self.host.config.allow_private_http
         )
@@ -74,4 +88,5 @@ class HttpCalls:
 
     def shutdown(self) -> None:
         """Stop the pool; calls still running are abandoned (their workers are gone)."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -20,8 +20,8 @@ import zmq
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Shutdown, SignalReason
-from aotui.sandbox.confine import required_layers
-from aotui.supervisor.broker.http import BROKER_THREADS_PER_APP
+from aotui.sandbox.layer_names import required_layers
+from aotui.supervisor.broker.sizes import BROKER_THREADS_PER_APP
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
 from aotui.supervisor.paths import app_log_dir, unix_address
 from aotui.supervisor.workers.app_logs import OUTPUT_BYTES_PER_S, AppLog
