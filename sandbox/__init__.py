@@ -4,7 +4,8 @@
   ``markdown``, ``flow``, ``marks``, ``controls``, ``tables`` and ``parsing`` are its parts.
 - :mod:`sandbox.sdk` — what app authors import: ``App``, ``View``, ``operation``, ``OperationCall``.
 - :mod:`sandbox.worker` — the worker process's loop (one per running app).
-- :mod:`sandbox.zygote` — the pre-loaded process that forks workers.
+- :mod:`sandbox.zygote` — the pre-loaded process that forks workers; ``warm_up`` is what it
+  runs once before forking, so that every worker shares what that builds.
 - :mod:`sandbox.confine` — confinement applied before the app's first line, layer by layer:
   ``policy`` (what the supervisor grants), ``cgroups``, ``namespaces``, ``handles`` (the granted
   trees across the uid drop), ``rlimits``, ``landlock``, ``seccomp``, on ``linux`` (the ctypes

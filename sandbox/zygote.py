@@ -72,6 +72,7 @@ from aotui.protocol.stream import FrameReader, write_frame
 from aotui.protocol.structure import escape_structural
 from aotui.sandbox import cgroups, handles, render, sdk, worker  # noqa: F401
 from aotui.sandbox.policy import default_runtime_read
+from aotui.sandbox.warm_up import warm_up
 
 #: Standard-library modules apps commonly use, imported once here and shared copy-on-write by every
 #: worker, for speed only: a worker imports any other module itself, even as a per-app uid that
@@ -141,6 +142,7 @@ def _preload() -> None:
     codec.prepare(*WORKER_TRAFFIC)
     escape_structural("<")  # builds the ASCII tables every render uses
     escape_structural("\u2026")  # and the full-Unicode ones (shipped, compiled: ~4 ms once)
+    warm_up()  # before handles.preroute counts the modules: any it imports are counted too
 
 
 __all__ = ["kill_workers", "main", "serve", "set_parent_death_signal"]

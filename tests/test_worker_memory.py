@@ -2,8 +2,9 @@
 
 Measured with 10 workers of the 100-item list app (tests/apps/lister) as root: 7.15 MB each
 once open; 6.23 MB when a worker no longer walks every module object to find the import
-locations the zygote already listed, nor frees the zygote's import finders. The children below
-are really confined (tests/confined.py).
+locations the zygote already listed, nor frees the zygote's import finders; 5.63 MB with the
+zygote's warm-up render (sandbox/warm_up.py). The children below are really confined
+(tests/confined.py), the desktop is real.
 """
 
 from __future__ import annotations
@@ -16,15 +17,23 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import psutil
 import pytest
 
 from aotui.sandbox import handles
+from aotui.sandbox.item_cache import ItemCache
 from aotui.sandbox.policy import default_runtime_read
+from aotui.sandbox.render import render_view
+from aotui.sandbox.warm_up import WARM_UP_VIEW, warm_up
 from tests.confined import APP, APP_UID, run_confined
+from tests.conftest import RunningDesktop
 
 pytestmark = pytest.mark.timeout(60)
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="unprivileged, there is no uid drop")
+
+#: The bench's goal for a running worker's USS (bench/bench_scale.py, ``worker_uss_mb``).
+WORKER_USS_GOAL_MB = 6.0
 
 
 class _WatchedModule(ModuleType):
@@ -97,3 +106,28 @@ def test_a_worker_does_not_free_the_finders_it_drops(tmp_path: Path) -> None:
     assert watched > 0
     assert dead == 0, f"{dead} of the zygote's {watched} import finders were freed"
     assert cached < watched  # they were dropped from the cache all the same
+
+
+def test_the_warm_up_view_takes_the_path_of_every_mark() -> None:
+    # The zygote runs it before every desktop: markup it no longer accepts would stop them all.
+    warm_up()
+    items = '<li key="k0">Item</li>'
+    rendered = render_view(WARM_UP_VIEW.format(items=items), ItemCache())
+    assert rendered.ref_types == {"n_1": "note", "items[0]": "item"}
+    assert [op.op_id for op in rendered.operations] == ["add", "pick"]
+    assert [link.key for link in rendered.links] == ["child"]
+    assert "| Name | Value |" in rendered.markdown
+
+
+@ROOT_ONLY
+def test_a_running_workers_own_memory_stays_within_the_goal(
+    start_desktop: Callable[..., RunningDesktop],
+) -> None:
+    # Pages, not time: the figure does not depend on the machine's load.
+    desktop = start_desktop(["lister"])
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    assert "Item k99" in client.snapshot()
+    (pid,) = [row["pid"] for row in client.status()["apps"] if row["pid"]]
+    uss = psutil.Process(pid).memory_full_info().uss / 2**20
+    assert uss <= WORKER_USS_GOAL_MB, f"the worker's USS is {uss:.2f} MB"
