@@ -282,6 +282,28 @@ def test_parts_of_an_app_the_store_has_no_row_for_write_the_row(tmp_path: Path) 
     store.close()
 
 
+def test_a_write_of_some_apps_needs_only_their_entries_and_places(tmp_path: Path) -> None:
+    # The desktop writes an acknowledgement with its own fields and each app's place, not every
+    # other app's entry (building those cost each operation time in proportion to the desktop).
+    store = DesktopStore(tmp_path / "d.db")
+    one, two, three = entry("app_0", {"a": 0}), entry("app_1", 1), entry("app_2", {"c": 2})
+    header = DesktopState("d", 1.0, 1.0, 3, [])
+    places = {"app_0": 0, "app_1": 1, "app_2": 2}
+    store.save_apps(header, [two], places)
+    store.save_parts(header, three, {"d": 3}, places["app_2"])  # no row yet: written whole
+    store.save_parts(header, one, {"b": 1}, places["app_0"])
+    store.save_parts(header, one, {"a": None}, places["app_0"])
+    loaded = store.load()
+    assert loaded is not None
+    assert [(a.app, a.data) for a in loaded.apps] == [
+        ("app_0", {"b": 1}),
+        ("app_1", 1),
+        ("app_2", {"c": 2, "d": 3}),
+    ]
+    assert loaded.next_app == 3
+    store.close()
+
+
 def test_a_damaged_part_quarantines_its_app_and_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "d.db"
     store = DesktopStore(path)

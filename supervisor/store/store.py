@@ -36,7 +36,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -336,20 +336,36 @@ class DesktopStore:
             for position, entry in enumerate(state.apps):
                 _write_app(db, position, entry)
 
-    def save_apps(self, state: DesktopState, entries: list[AppEntry]) -> None:
-        """Write some apps (and the desktop's meta) in one durable transaction."""
-        positions = {entry.app: i for i, entry in enumerate(state.apps)}
+    def save_apps(
+        self,
+        state: DesktopState,
+        entries: list[AppEntry],
+        positions: Mapping[str, int] | None = None,
+    ) -> None:
+        """Write some apps (and the desktop's meta) in one durable transaction.
+
+        ``positions`` gives each app's place in the desktop; without it, ``state.apps`` does.
+        """
+        if positions is None:
+            positions = {entry.app: i for i, entry in enumerate(state.apps)}
         with self._transaction() as db:
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
             for entry in entries:
                 _write_app(db, positions.get(entry.app, len(positions)), entry)
 
-    def save_parts(self, state: DesktopState, entry: AppEntry, changes: dict[str, Any]) -> None:
+    def save_parts(
+        self,
+        state: DesktopState,
+        entry: AppEntry,
+        changes: dict[str, Any],
+        position: int | None = None,
+    ) -> None:
         """Write the parts of ``entry``'s keyed data that changed, in one durable transaction.
 
         ``entry.data`` is the data before ``changes``, which maps a part to its new value
         (``None``: the part is gone). When the store has no row for the app yet, the row is
-        written whole instead, so parts always have a base.
+        written whole instead, so parts always have a base; at ``position`` in the desktop, or
+        where ``state.apps`` has it.
         """
         with self._transaction() as db:
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
@@ -361,9 +377,11 @@ class DesktopStore:
                         data.pop(part, None)
                     else:
                         data[part] = value
-                position = next(
-                    (i for i, e in enumerate(state.apps) if e.app == entry.app), len(state.apps)
-                )
+                if position is None:
+                    position = next(
+                        (i for i, e in enumerate(state.apps) if e.app == entry.app),
+                        len(state.apps),
+                    )
                 _write_app(db, position, replace(entry, data=data))
                 return
             db.executemany(
