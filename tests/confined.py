@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import select
@@ -41,6 +42,9 @@ APP = "aotui-test"
 #: Address space a zygote has mapped when it forks a worker (rlimits.ADDRESS_SPACE_BASE_MB
 #: counts it with margin); a child forked from this test process inherits the process's own.
 ZYGOTE_MAPPED_MB = 180
+
+#: The confined child writes its outcome on this descriptor (or the next free one above).
+_RESULT_FD = 200
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
@@ -202,12 +206,18 @@ def run_confined(
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest
+        result_fd = write_end
         try:
             os.close(read_end)
-            _child(mode, policy, attempt, before, write_end)
+            # Out of the way of the low descriptors: a worker's handles take 4, 5, … in order
+            # (sandbox/handles.py), which the zygote predicts; a hole left by the pipe would
+            # shift them and make every prediction miss here, though not in a real worker.
+            result_fd = fcntl.fcntl(write_end, fcntl.F_DUPFD_CLOEXEC, _RESULT_FD)
+            os.close(write_end)
+            _child(mode, policy, attempt, before, result_fd)
         except BaseException as exc:
             with contextlib.suppress(BaseException):
-                os.write(write_end, json.dumps({"harness": repr(exc)}).encode() + b"\n")
+                os.write(result_fd, json.dumps({"harness": repr(exc)}).encode() + b"\n")
         finally:
             os._exit(0)
     os.close(write_end)

@@ -81,11 +81,6 @@ def test_a_worker_keeps_the_zygotes_names_and_reroutes_only_its_search_paths(
 ) -> None:
     if not _stdlib_closed():
         pytest.skip("the per-app uid reaches the standard library by name: nothing to reroute")
-    if not handles._others_reach(os.path.dirname(os.path.dirname(handles.__file__))):
-        # Known gap (see the lead's note): from a checkout other uids cannot reach, the worker's
-        # handles differ from what this prediction assumes; it falls back to renaming, which the
-        # next test covers.
-        pytest.skip("this checkout is not reachable by other uids: the prediction misses here")
     outcome = run_confined("root", _policy(tmp_path), _imports_still_work, before=_preroute)
     assert outcome.value is not None, outcome
     assert outcome.value.pop("renamed") == 0  # the prediction held: no module renamed
