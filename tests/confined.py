@@ -44,7 +44,7 @@ APP = "aotui-test"
 ZYGOTE_MAPPED_MB = 180
 
 #: The confined child writes its outcome on this descriptor (or the next free one above).
-_RESULT_FD = 200
+RESULT_FD = 200
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
@@ -189,6 +189,17 @@ def _child(
     os.write(write_end, json.dumps(result, default=repr).encode() + b"\n")
 
 
+def close_inherited_descriptors() -> None:
+    """In the child (a ``before``): close what it inherited from pytest, as the zygote's child
+    keeps only its channel.
+
+    A worker's handles take the lowest free descriptors in order (``sandbox/handles.py``), which
+    the zygote predicts; the descriptors pytest and xdist hold would leave holes that shift
+    them, so a prediction tested here would miss, though never in a real worker.
+    """
+    os.closerange(3, RESULT_FD)
+
+
 def run_confined(
     mode: str,
     policy: Mapping[str, Any],
@@ -209,10 +220,8 @@ def run_confined(
         result_fd = write_end
         try:
             os.close(read_end)
-            # Out of the way of the low descriptors: a worker's handles take 4, 5, … in order
-            # (sandbox/handles.py), which the zygote predicts; a hole left by the pipe would
-            # shift them and make every prediction miss here, though not in a real worker.
-            result_fd = fcntl.fcntl(write_end, fcntl.F_DUPFD_CLOEXEC, _RESULT_FD)
+            # Out of the way of the low descriptors (see close_inherited_descriptors).
+            result_fd = fcntl.fcntl(write_end, fcntl.F_DUPFD_CLOEXEC, RESULT_FD)
             os.close(write_end)
             _child(mode, policy, attempt, before, result_fd)
         except BaseException as exc:

@@ -21,7 +21,7 @@ import pytest
 
 from aotui.sandbox import handles
 from aotui.sandbox.policy import default_runtime_read
-from tests.confined import APP, APP_UID, run_confined
+from tests.confined import APP, APP_UID, close_inherited_descriptors, run_confined
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -40,6 +40,7 @@ def _lowest_free_fd() -> int:
 
 def _preroute(shift: int = 0) -> None:
     """As the zygote does, for a child whose handles will start at the lowest free descriptor."""
+    close_inherited_descriptors()
     handles.preroute(default_runtime_read(), first_fd=_lowest_free_fd() + shift)
     rename = handles._rename_modules
 

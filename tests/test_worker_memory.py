@@ -25,7 +25,7 @@ from aotui.sandbox.item_cache import ItemCache
 from aotui.sandbox.policy import default_runtime_read
 from aotui.sandbox.render import render_view
 from aotui.sandbox.warm_up import WARM_UP_VIEW, warm_up
-from tests.confined import APP, APP_UID, run_confined
+from tests.confined import APP, APP_UID, close_inherited_descriptors, run_confined
 from tests.conftest import RunningDesktop
 
 pytestmark = pytest.mark.timeout(60)
@@ -62,6 +62,7 @@ def _as_the_zygote(then: Callable[[], object] = lambda: None) -> Callable[[], No
 
     def before() -> None:
         sys.modules["aotui_watched_module"] = _WatchedModule("aotui_watched_module")
+        close_inherited_descriptors()
         handles.preroute(default_runtime_read(), first_fd=_lowest_free_fd())
         _WatchedModule.lookups = 0
         then()
