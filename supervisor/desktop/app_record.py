@@ -96,9 +96,16 @@ class AppRecord:
     _moved: asyncio.Event = field(
         default_factory=asyncio.Event, init=False, repr=False, compare=False
     )
+    #: Acknowledged data still being written to the store (it is adopted once written).
+    storing: int = field(default=0, init=False)
+    #: Set while nothing is being stored: what a worker's start waits for (wait_stored).
+    _stored: asyncio.Event = field(
+        default_factory=asyncio.Event, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.op_log = deque(maxlen=self.log_entries)
+        self._stored.set()
 
     @property
     def name(self) -> str:
@@ -149,6 +156,26 @@ class AppRecord:
     def adopt_state(self, state: Any) -> None:
         """Make ``state`` the app's acknowledged data (stored, or imported, already)."""
         self.saved_state = state
+
+    def storing_begins(self) -> None:
+        """An operation's data is being written to the store; it is adopted once written."""
+        self.storing += 1
+        self._stored.clear()
+
+    def storing_ends(self) -> None:
+        """That write ended (adopted, or failed and undone)."""
+        self.storing -= 1
+        if not self.storing:
+            self._stored.set()
+
+    async def wait_stored(self) -> None:
+        """Return once no acknowledged data of this app is still being written.
+
+        A worker started meanwhile (the old one was killed after it acknowledged) would start
+        from the data before that write, and lose an operation the agent is told took effect.
+        """
+        while self.storing:
+            await self._stored.wait()
 
     def forget_state(self) -> None:
         """Drop the saved data and the views to mount again (``open --fresh``)."""

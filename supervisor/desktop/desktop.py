@@ -316,34 +316,41 @@ class Desktop:
         entry = self._entry(app)
         entry.data = state
         header, positions = self._header()
+        app.storing_begins()  # a worker started meanwhile starts from this data (wait_stored)
         try:
             await asyncio.to_thread(self.store.save_apps, header, [entry], positions)
+            app.adopt_state(state)
         except StoreIOError as exc:
             self._store_failed(exc)
             raise
-        app.adopt_state(state)
+        finally:
+            app.storing_ends()
 
     async def _commit_parts(self, app: AppRecord, changes: dict[str, Any]) -> None:
         """Like :meth:`_commit` for keyed data: only the changed parts are written, then adopted."""
         state = app.saved_state
         assert isinstance(state, dict)
-        if self.store is not None and self.config.durability != "batch":
-            entry = self._entry(app)  # its data: the parts as they were, before ``changes``
-            header, positions = self._header()
-            try:
-                await asyncio.to_thread(
-                    self.store.save_parts, header, entry, changes, positions[app.app_id]
-                )
-            except StoreIOError as exc:
-                self._store_failed(exc)
-                raise
-        # A new dict, never the old one changed in place: a write of the whole desktop may be
-        # encoding the old one in a thread right now. (A copy of the keys, not of the values.)
-        state = {**state, **changes}
-        for part, value in changes.items():
-            if value is None:
-                del state[part]
-        app.adopt_state(state)
+        app.storing_begins()  # a worker started meanwhile starts from this data (wait_stored)
+        try:
+            if self.store is not None and self.config.durability != "batch":
+                entry = self._entry(app)  # its data: the parts as they were, before ``changes``
+                header, positions = self._header()
+                try:
+                    await asyncio.to_thread(
+                        self.store.save_parts, header, entry, changes, positions[app.app_id]
+                    )
+                except StoreIOError as exc:
+                    self._store_failed(exc)
+                    raise
+            # A new dict, never the old one changed in place: a write of the whole desktop may
+            # be encoding the old one in a thread right now. (A copy of the keys, not values.)
+            state = {**state, **changes}
+            for part, value in changes.items():
+                if value is None:
+                    del state[part]
+            app.adopt_state(state)
+        finally:
+            app.storing_ends()
         self.data_budget.adopted(app.app_id, state)
         if self.store is not None and self.config.durability == "batch":
             await self.persist(app)

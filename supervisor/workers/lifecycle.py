@@ -154,6 +154,11 @@ class AppLifecycle:
     ) -> None:
         """Have the zygote fork the worker, send it its state, wait for its first views."""
         timeout = self.config.start_timeout_ms / 1000
+        # An operation acknowledged by the worker before us may still be being stored: its data
+        # is adopted only once written, and this worker must start from it (soak: 19 acks lost
+        # an hour when a kill landed inside that write).
+        async with asyncio.timeout(timeout):
+            await app.wait_stored()
         policy = self.leases.policy(app)  # its app_dir may be a copy the per-app uid can read
         launch = asyncio.ensure_future(
             self.launcher.launch(
