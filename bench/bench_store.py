@@ -137,6 +137,8 @@ def bench_soak(seconds: float = 60.0) -> dict[str, float]:
         f"≤ +10 %); fds start {fds0}, warm {report.fds['warm']}, end {report.fds['end']}; "
         f"load average {' '.join(f'{load:.1f}' for load in os.getloadavg())}"
     )
+    for lost in report.lost[:10]:  # each one an acknowledged operation the app did not keep
+        print(f"lost: {lost}")
     for code, messages in sorted(report.messages.items()):
         print(f"{code} (first {len(messages)}):")
         for message in messages:
