@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import http.server
+import json
+import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from tests.conftest import RunningDesktop
+from aotui.supervisor.broker.sizes import BROKER_THREADS_PER_APP
+from tests.conftest import TEST_APPS, RunningDesktop
 
 Start = Callable[..., RunningDesktop]
 GET = '<context app_id="app_0" view_id="view_0">execute get --url "{}"</context>'
@@ -67,3 +72,53 @@ def test_private_addresses_need_the_config(start_desktop: Start, server: int) ->
         client.execute(GET.format(f"http://localhost:{server}/"))
     assert refused.value.code is ErrorCode.E_PERMISSION
     assert "may not be reached" in refused.value.message  # the port, then the address class
+
+
+class Counted(http.server.BaseHTTPRequestHandler):
+    """Answers 200 and counts the requests that reached it."""
+
+    served = 0
+
+    def do_GET(self) -> None:
+        type(self).served += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_flooders_queued_requests_are_not_performed(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    # 64 calls at once: the 9th in flight kills the worker. The app's share of the broker (4
+    # threads) may be fetching already; the calls queued behind them are not performed for a
+    # worker that is gone (8-12 requests reached the server before, as the first ones ended).
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counted)
+    thread = threading.Thread(target=httpd.serve_forever)
+    thread.start()
+    try:
+        forger = Path(shutil.copytree(TEST_APPS / "forger", tmp_path / "forger"))
+        manifest = json.loads((forger / "aoapp.json").read_text())
+        manifest["permissions"] = ["net:http:localhost"]
+        (forger / "aoapp.json").write_text(json.dumps(manifest))
+        desktop = start_desktop([str(forger)], allow_private_http=True)
+        client = desktop.client
+        client.execute("<context>open --application app_0</context>")
+        url = f"http://localhost:{httpd.server_address[1]}/"
+        with pytest.raises(AotuiError) as killed:
+            client.execute(
+                f'<context app_id="app_0" view_id="view_0">execute forge --what http-flood '
+                f'--arg "{url}"</context>'
+            )
+        assert "protocol violation" in killed.value.message
+        time.sleep(1.0)  # what was queued would have been fetched by now
+        logs = client.snapshot()
+        assert "flooded the HTTP broker" in logs
+        assert Counted.served <= BROKER_THREADS_PER_APP
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()

@@ -72,6 +72,10 @@ class HttpCalls:
         try:
             request = call.request  # its fields' types checked by the codec on receipt
             async with worker.http_slots:  # one app never holds the whole pool
+                if app.worker is not worker or app.kill_reason:
+                    # Its worker is gone or being killed (a flood, a violation): a request it
+                    # queued is neither performed nor reported; nobody could read the answer.
+                    return
                 loop = asyncio.get_running_loop()
                 fetcher = fetch if self.fault is None else self.fault(app, fetch)
                 response = await loop.run_in_executor(self.pool, fetcher, request, policy)

@@ -134,8 +134,9 @@ FRAMES: dict[str, Callable[[str], list[bytes]]] = {
     "log-flood": lambda _arg: [
         codec.encode(LogRecord(LogLevel.INFO, f"flood {i}")) for i in range(20_000)
     ],
-    "http-flood": lambda _arg: [
-        codec.encode(HttpCall(i, HttpRequest("GET", "http://127.0.0.1:9/"))) for i in range(1, 65)
+    "http-flood": lambda url: [
+        codec.encode(HttpCall(i, HttpRequest("GET", url or "http://127.0.0.1:9/")))
+        for i in range(1, 65)
     ],
 }
 
