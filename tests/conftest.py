@@ -13,12 +13,14 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import pytest
+import zmq
 
 from aotui.supervisor.interface.client import Client
 from aotui.supervisor.interface.launch import DesktopLaunch, LaunchedDesktop, launch_desktop
@@ -219,3 +221,19 @@ def start_desktop(tmp_path: Path) -> Iterator[Callable[..., RunningDesktop]]:
 
     yield start
     stop_desktops(started)
+
+
+@pytest.fixture
+def channel() -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]:
+    """A connected PAIR of sockets: (a worker's end, the supervisor's end), over inproc."""
+    context = zmq.Context()
+    address = f"inproc://channel-{uuid.uuid4().hex}"
+    worker, supervisor = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    worker.bind(address)
+    supervisor.connect(address)
+    try:
+        yield worker, supervisor
+    finally:
+        worker.close(linger=0)
+        supervisor.close(linger=0)
+        context.term()

@@ -12,8 +12,7 @@ import re
 import shutil
 import signal
 import sqlite3
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,22 +89,6 @@ class Child(View[Counted]):
     def context(self) -> Mapping[str, Any]:
         self.app.renders[self.key] = self.app.renders.get(self.key, 0) + 1
         return {}
-
-
-@pytest.fixture
-def channel() -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]:
-    """A connected PAIR of sockets: (the worker's end, the supervisor's end)."""
-    context = zmq.Context()
-    address = f"inproc://incremental-{uuid.uuid4().hex}"
-    worker, supervisor = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
-    worker.bind(address)
-    supervisor.connect(address)
-    try:
-        yield worker, supervisor
-    finally:
-        worker.close(linger=0)
-        supervisor.close(linger=0)
-        context.term()
 
 
 def started(app: App, sock: zmq.Socket[bytes]) -> WorkerLoop:

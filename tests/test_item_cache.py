@@ -7,8 +7,7 @@ HTML; both must give exactly what a render without them gives. The Notes tests d
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -242,22 +241,6 @@ def test_a_render_that_fails_keeps_the_blocks_of_the_last_good_one() -> None:
 
 
 # --- Notes in a worker ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def channel() -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]:
-    """A connected PAIR of sockets: (the worker's end, the supervisor's end)."""
-    context = zmq.Context()
-    address = f"inproc://item-cache-{uuid.uuid4().hex}"
-    worker, supervisor = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
-    worker.bind(address)
-    supervisor.connect(address)
-    try:
-        yield worker, supervisor
-    finally:
-        worker.close(linger=0)
-        supervisor.close(linger=0)
-        context.term()
 
 
 def drain(sock: zmq.Socket[bytes]) -> None:
