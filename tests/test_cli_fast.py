@@ -218,9 +218,10 @@ print(json.dumps({
 """
 
 
-def test_package_exports_load_on_first_use() -> None:
+def run_probe(code: str) -> Any:
+    """Run ``code`` in a fresh interpreter; what it printed, as JSON."""
     finished = subprocess.run(
-        [sys.executable, "-c", LAZY_PROBE],
+        [sys.executable, "-c", code],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -228,7 +229,11 @@ def test_package_exports_load_on_first_use() -> None:
         check=False,
     )
     assert finished.returncode == 0, finished.stderr
-    seen = json.loads(finished.stdout)
+    return json.loads(finished.stdout)
+
+
+def test_package_exports_load_on_first_use() -> None:
+    seen = run_probe(LAZY_PROBE)
     # Importing the three rooms imports none of their submodules but the helper itself.
     rooms = ["aotui.protocol", "aotui.protocol.lazy", "aotui.sandbox", "aotui.supervisor"]
     assert seen["before"] == rooms
@@ -259,16 +264,7 @@ print(json.dumps(seen))
 
 
 def test_the_inner_message_kinds_load_on_first_use() -> None:
-    finished = subprocess.run(
-        [sys.executable, "-c", REGISTRY_PROBE],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=45,
-        check=False,
-    )
-    assert finished.returncode == 0, finished.stderr
-    seen = json.loads(finished.stdout)
+    seen = run_probe(REGISTRY_PROBE)
     assert seen["at_start"] is False
     assert seen["after_a_client_kind"] is False
     assert seen["unknown"] == "None"
