@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aotui.protocol.errors import AotuiError  # noqa: E402
+from aotui.supervisor.workers.restart import STABLE_S  # noqa: E402
 from bench.bench_desktop import TEST_APPS, Desktop, _pct  # noqa: E402
 
 
@@ -94,9 +95,9 @@ def bench_runaway_memory(runs: int = 5) -> dict[str, float]:
 
 def bench_kill_recovery(runs: int = 20) -> dict[str, float]:
     """kill -9 of a worker → serving again with its state restored."""
-    # A short restart window, so each kill (0.2 s apart) is a first crash: the figure is the
-    # recovery of one crash, not of a crash loop (which backs off on purpose).
-    desktop = Desktop([TEST_APPS / "echo"], restart_period_s=0.1)
+    # Each kill a first crash: the worker served STABLE_S before it (a crash sooner is a crash
+    # loop, which backs off on purpose), and the kills never fill the restart window.
+    desktop = Desktop([TEST_APPS / "echo"], restart_period_s=1.0, max_restarts=100)
     samples = []
     bump = '<context app_id="app_0" view_id="view_0">execute bump</context>'
     try:
@@ -120,7 +121,7 @@ def bench_kill_recovery(runs: int = 20) -> dict[str, float]:
             if result != count + 1:
                 raise RuntimeError(f"state lost: count {result}, expected {count + 1}")
             count = result
-            time.sleep(0.2)  # let the restart window breathe
+            time.sleep(STABLE_S + 0.1)  # served long enough not to count as a crash loop
     finally:
         desktop.close()
     p50 = _pct(samples, 0.5)
