@@ -75,6 +75,8 @@ class SandboxLayer(enum.StrEnum):
     NETNS = "netns"
     #: An IPC namespace of its own.
     IPCNS = "ipcns"
+    #: A mount namespace whose root holds only the granted trees, each at its own path.
+    MNTNS = "mntns"
     #: The per-app uid (root workers).
     UID_DROP = "uid-drop"
     #: No capabilities left.
@@ -102,7 +104,7 @@ class WorkerPolicy:
 
     #: The desktop-assigned ``app_N``, the name of its cgroups.
     app: str
-    #: The app directory, granted read-only (as root, a copy the per-app uid can read).
+    #: The app directory, granted read-only (as root, rarely, a copy the per-app uid can read).
     app_dir: str
     #: Trees the app may read (its ``fs:read:`` grants; ``*`` is ``/``).
     fs_read: list[str] = field(default_factory=list)
@@ -116,6 +118,9 @@ class WorkerPolicy:
     strict: bool = False
     #: The app's private temporary directory (``TMPDIR``), granted read-write.
     tmp_dir: str | None = None
+    #: ``[uid, gid]`` of the app directory's owner, shown as the per-app ids through an idmapped
+    #: mount (root; an app whose files its per-app uid could not read).
+    app_owner: list[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

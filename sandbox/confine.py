@@ -6,11 +6,12 @@ what each one takes away from the next:
 
 1. **minimal environment**, working directory the app's, no bytecode writes, no core dumps;
 2. **cgroup** (root): needs root and ``/sys/fs/cgroup``, so before the uid drop and Landlock;
-3. **namespaces and identity**: root unshares an empty network and an IPC namespace (needs
-   ``CAP_SYS_ADMIN``), opens a descriptor of each granted tree (:mod:`sandbox.handles`) and only
-   then drops to the per-app uid, rerouting imports to trees it can reach only through them; an
-   unprivileged user enters a user namespace owning new network and IPC namespaces and writes its
-   id maps (``/proc/self``, before Landlock hides it). A credential change clears
+3. **namespaces, the filesystem view and identity**: root unshares an empty network and an IPC
+   namespace (needs ``CAP_SYS_ADMIN``); an unprivileged user enters a user namespace owning new
+   mount, network and IPC namespaces and writes its id maps (``/proc/self``, before the view
+   hides it). Then the worker's own root is built in a mount namespace of its own
+   (:mod:`sandbox.fsview`: only the granted trees, each at its own path) and root drops to the
+   per-app uid, the unprivileged worker its capabilities. A credential change clears
    ``PR_SET_PDEATHSIG``, so it is re-armed; ``TMPDIR`` names the app's private temp directory;
 4. **rlimits** after the identity change: ``RLIMIT_NPROC`` then counts only this worker's tasks
    (its own uid, or its own user namespace, whose counts are separate since Linux 5.14);
@@ -37,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aotui.sandbox import cgroups, handles, landlock, namespaces, rlimits, seccomp
+from aotui.sandbox import cgroups, fsview, landlock, namespaces, rlimits, seccomp
 from aotui.sandbox.layer_names import required_layers
 from aotui.sandbox.linux import set_no_new_privs
 from aotui.sandbox.policy import Policy, default_runtime_read
@@ -128,15 +129,23 @@ def _open_descriptors_above_3() -> list[int] | None:
 
 
 def _identity(policy: Policy, report: LayerReport) -> None:
+    """Namespaces, the filesystem view, then the per-app uid (root) or no capabilities."""
     if os.geteuid() != 0:
 
         def enter() -> None:
             with namespaces.keep_parent_death_signal():
                 namespaces.enter_user_namespace()
 
-        report.step("namespaces", ("userns", "netns", "ipcns"), enter)
+        try:
+            if report.step("namespaces", ("userns", "netns", "ipcns"), enter):
+                _view(policy, report, unshare=False)
+        finally:
+            # The user namespace gave every capability over its own namespaces: the view
+            # needed them, nothing after it does.
+            report.step("capabilities", (), namespaces.drop_capabilities)
         return
-    report.step("namespaces", ("netns", "ipcns"), namespaces.isolate_network)
+    isolated = report.step("namespaces", ("netns", "ipcns"), namespaces.isolate_network)
+    _view(policy, report, unshare=not isolated)
     uid, gid = policy.uid, policy.gid
     if uid is None or gid is None:
         report.failed["uid-drop"] = "the policy names no per-app uid"
@@ -151,31 +160,31 @@ def _identity(policy: Policy, report: LayerReport) -> None:
     report.step("uid-drop", ("uid-drop",), drop)
 
 
-def _carry_handles(policy: Policy, report: LayerReport) -> None:
-    """Root: keep the granted trees reachable by the per-app uid (see :mod:`sandbox.handles`)."""
-    held = [handles.Handles({}, {})]
-    if os.geteuid() == 0 and policy.uid is not None:
+def _view(policy: Policy, report: LayerReport, *, unshare: bool) -> None:
+    """The worker's own root: only the granted trees, each at its own path (sandbox/fsview.py)."""
+    # The ids the worker will have: the per-app uid's, or the unprivileged user's own.
+    if policy.uid is not None and policy.gid is not None:
+        ids: tuple[int, int] | None = (policy.uid, policy.gid)
+    else:
+        ids = None if os.geteuid() == 0 else (os.geteuid(), os.getegid())
 
-        def carry() -> None:
-            held[0] = handles.open_handles(policy.handled_dirs())
+    def enter() -> None:
+        owner = policy.app_owner if policy.uid is not None else None
+        fsview.enter_view(
+            policy.grants(), owner=owner, app_dir=policy.app_dir, ids=ids, unshare=unshare
+        )
+        # The old working directory was the host's: the app's, again, in the view.
+        os.chdir(policy.app_dir or "/")
 
-        report.step("handles", (), carry)
-    _identity(policy, report)
-    # Still root when the drop failed: every name is reachable then and every handle closes.
-    routes = handles.settle(held[0])
-    report.step("reroute", (), lambda: handles.reroute_imports(routes))
+    report.step("view", ("mntns",), enter)
     if policy.tmp_dir:
-        os.environ["TMPDIR"] = handles.reachable(policy.tmp_dir)
+        os.environ["TMPDIR"] = policy.tmp_dir
         tempfile.tempdir = None  # in case the zygote's imports already asked for one
 
 
 def _landlock(policy: Policy, report: LayerReport) -> None:
     result: list[landlock.Confinement] = []
-    grants: dict[str, int] = {}
-    for path, rights in policy.grants().items():
-        # The uid may reach a granted tree only through its handle: so must the rule.
-        name = handles.reachable(path)
-        grants[name] = grants.get(name, 0) | rights
+    grants = policy.grants()
 
     def restrict() -> None:
         result.append(landlock.restrict(grants))
@@ -209,7 +218,7 @@ def apply_layers(policy: Policy, timings: dict[str, float] | None = None) -> Lay
         report.step("cgroup", ("cgroup",), lambda: cgroups.join_cgroups(policy.app, policy.limits))
     else:
         report.failed["cgroup"] = "cgroup v1 directories are writable by root only"
-    _carry_handles(policy, report)
+    _identity(policy, report)
     nproc = "uid-drop" in report.active or "userns" in report.active
     limits = policy.limits
     report.step("rlimits", ("rlimits",), lambda: rlimits.apply_limits(limits, nproc=nproc))

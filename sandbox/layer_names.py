@@ -12,7 +12,7 @@ __all__ = ["required_layers"]
 
 def required_layers(root: bool) -> frozenset[str]:
     """The layers strict mode insists on, as root or as an unprivileged user."""
-    common = {"minimal-env", "no-core-dumps", "rlimits", "netns", "ipcns", "no-new-privs"}
+    common = {"minimal-env", "no-core-dumps", "rlimits", "netns", "ipcns", "mntns", "no-new-privs"}
     common |= {"landlock", "seccomp"}
     if root:
         return frozenset(common | {"uid-drop", "cgroup"})

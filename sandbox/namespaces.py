@@ -1,7 +1,8 @@
 """Namespaces and identity: empty network and IPC namespaces, then a per-app uid or a userns.
 
-Root unshares the namespaces and drops to a per-app uid; anyone else gets them inside a new user
-namespace that maps only its own uid.
+Root unshares the namespaces and drops to a per-app uid; anyone else gets them, and a mount
+namespace for its filesystem view (``sandbox/fsview.py``), inside a new user namespace that maps
+only its own uid.
 
 A new network namespace holds only a loopback interface that is down, so nothing — not even the
 host's loopback services — is reachable over IP whatever else fails. The IPC namespace hides the
@@ -20,6 +21,7 @@ from aotui.sandbox.linux import check, libc, prctl, unshare
 __all__ = [
     "CLONE_NEWIPC",
     "CLONE_NEWNET",
+    "CLONE_NEWNS",
     "CLONE_NEWUSER",
     "drop_capabilities",
     "drop_to_uid",
@@ -30,6 +32,7 @@ __all__ = [
     "parent_death_signal",
 ]
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -52,23 +55,24 @@ class _CapData(ctypes.Structure):
 
 
 def isolate_network() -> None:
-    """Root only: move into a new, empty network namespace and a new IPC namespace."""
-    unshare(CLONE_NEWNET | CLONE_NEWIPC)
+    """Root only: move into new, empty network and IPC namespaces, and a mount namespace of its
+    own for the filesystem view (``sandbox/fsview.py``) — one call, as one costs the same."""
+    unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
 
 
 def enter_user_namespace() -> None:
-    """Unprivileged: new user (this uid mapped to itself), network and IPC namespaces."""
+    """Unprivileged: new user (this uid mapped to itself), mount, network and IPC namespaces.
+
+    ``unshare(CLONE_NEWUSER)`` grants every capability inside the new namespace: the caller
+    builds its filesystem view with them (``sandbox/fsview.py``) and must then drop them
+    (:func:`drop_capabilities`), whether or not this raised.
+    """
     uid, gid = os.geteuid(), os.getegid()
-    unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC)
-    try:
-        # setgroups must be denied before an unprivileged process may write its gid_map.
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
-    finally:
-        # unshare(CLONE_NEWUSER) grants every capability inside the new namespace (over the
-        # new network namespace, for one): nothing needs them, so they go, maps or not.
-        drop_capabilities()
+    unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
+    # setgroups must be denied before an unprivileged process may write its gid_map.
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
 
 
 def drop_to_uid(uid: int, gid: int) -> None:

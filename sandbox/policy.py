@@ -14,6 +14,8 @@ Keys (all optional; a missing limit takes :data:`DEFAULT_LIMITS`):
 ``tmp_dir``       the app's private temporary directory: granted read-write, ``TMPDIR`` in the
                   worker (the supervisor creates it, owned by the per-app uid, and removes it)
 ``env``           variables added to the minimal environment
+``app_owner``     ``[uid, gid]`` of the app directory's owner, shown as the worker's own ids
+                  through an idmapped mount (root; an app its per-app uid could not read)
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ DEFAULT_LIMITS: Mapping[str, int] = {
 
 _KEYS = {
     "app", "app_dir", "fs_read", "fs_write", "runtime_read", "limits", "uid", "gid", "strict",
-    "env", "tmp_dir",
+    "env", "tmp_dir", "app_owner",
 }  # fmt: skip
 
 #: What a worker may read besides the interpreter's trees: shared libraries, the loader cache,
@@ -106,6 +108,7 @@ class Policy:
     strict: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     tmp_dir: str | None = None
+    app_owner: tuple[int, int] | None = None
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Policy:
@@ -126,6 +129,15 @@ class Policy:
         if tmp_dir is not None:
             (tmp_dir,) = _paths([tmp_dir], "tmp_dir")
         uid, gid = _id(raw, "uid"), _id(raw, "gid")
+        owner = raw.get("app_owner")
+        if owner is not None:
+            if (
+                not isinstance(owner, list | tuple)
+                or len(owner) != 2
+                or not all(type(i) is int and 0 <= i < 2**32 - 1 for i in owner)
+            ):
+                raise ValueError(f"policy app_owner must be [uid, gid], not {owner!r}")
+            owner = (owner[0], owner[1])
         return cls(
             app_dir=app_dir,
             app=str(raw.get("app") or os.path.basename(app_dir or "") or "app"),
@@ -138,13 +150,8 @@ class Policy:
             strict=bool(raw.get("strict", False)),
             env={str(k): str(v) for k, v in dict(raw.get("env") or {}).items()},
             tmp_dir=tmp_dir,
+            app_owner=owner,
         )
-
-    def handled_dirs(self) -> list[str]:
-        """The granted trees a root worker keeps descriptors of across its uid drop."""
-        # Not fs_read/fs_write: the app names those itself, by their real paths.
-        extra = [path for path in (self.app_dir, self.tmp_dir) if path]
-        return [path for path in [*self.runtime_read, *extra] if os.path.isdir(path)]
 
     def grants(self) -> dict[str, int]:
         """Landlock grants, path → rights; a tree granted twice gets the union."""

@@ -4,7 +4,7 @@
 policy) and reports each layer as available or not, with the kernel's reason. As root it also
 forks one that first drops to ``nobody``, to show what an unprivileged user of this machine gets.
 The root child, once it runs as the stand-in per-app uid, checks what would still stop apps: a
-granted tree it cannot list even through its handle (``sandbox/handles.py`` gets around 0700
+granted tree it cannot list in its filesystem view (``sandbox/fsview.py`` gets around 0700
 parents, not a tree's own mode) and standard-library modules it cannot import.
 ``python -m aotui.sandbox.probe`` prints the result as JSON.
 """
@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from aotui.protocol.messages import SandboxLayer
-from aotui.sandbox import cgroups, handles, landlock
+from aotui.sandbox import cgroups, landlock
 from aotui.sandbox.confine import apply_layers, required_layers
 from aotui.sandbox.linux import prctl
 from aotui.sandbox.policy import Policy
@@ -72,7 +72,7 @@ def _what_stops_apps(trees: list[str]) -> list[str]:
     found = []
     for path in trees:
         try:
-            os.listdir(handles.reachable(path))
+            os.listdir(path)
         except OSError as exc:
             found.append(f"{path} ({exc.strerror})")
     for name in SAMPLE_IMPORTS:

@@ -58,8 +58,8 @@ from aotui.protocol.messages import (
     Start,
     ViewFragment,
 )
+from aotui.sandbox import fsview
 from aotui.sandbox.confine import confine
-from aotui.sandbox.handles import reachable, real_names
 from aotui.sandbox.render import ItemCache, render_view
 from aotui.sandbox.sdk import App, OperationCall, View
 
@@ -77,11 +77,19 @@ _KEYED: Any = object()
 def _denial(exc: BaseException) -> str:
     """Why ``exc`` is the sandbox saying no (``""`` when it is not).
 
-    Besides ``PermissionError``: Landlock refuses a link or rename across its rules with
-    ``EXDEV``, and name resolution fails because a worker has no network at all.
+    Besides ``PermissionError``: a path outside every granted tree is not in the worker's
+    filesystem view at all (``ENOENT``), its read-only trees refuse writes (``EROFS``), a link
+    or rename across its mounts or Landlock's rules is ``EXDEV``, and name resolution fails
+    because a worker has no network at all.
     """
     if isinstance(exc, PermissionError):
         return str(exc)
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        names = [n for n in (exc.filename, exc.filename2) if isinstance(n, str | bytes)]
+        if any(fsview.outside_view(name) for name in names):
+            return f"{exc} (not granted to the app: outside its filesystem view)"
+    if isinstance(exc, OSError) and exc.errno == errno.EROFS:
+        return f"{exc} (granted read-only: the app directory and fs:read grants)"
     if isinstance(exc, OSError) and exc.errno == errno.EXDEV:
         return f"{exc} (link or rename out of the app's grants)"
     if isinstance(exc, socket.gaierror):
@@ -603,8 +611,7 @@ def run_worker(
             )
             return 1
         try:
-            # As root the per-app uid may reach the app's directory only through a handle.
-            app = load_app(reachable(app_dir), entry, app_id)
+            app = load_app(app_dir, entry, app_id)
             loop = WorkerLoop(app, sock, wake_r)
             app.log = loop.log
             app.broker = loop.broker_call
@@ -623,7 +630,7 @@ def run_worker(
             app.on_start()
             _mount_views(loop, app, start.mounted)
         except Exception as exc:  # noqa: BLE001 - app code may raise anything
-            detail = real_names("".join(traceback.format_exception(exc)).strip())
+            detail = "".join(traceback.format_exception(exc)).strip()
             sock.send(codec.encode(LogRecord(level=LogLevel.ERROR, message=detail[-2000:])))
             sock.send(
                 codec.encode(

@@ -70,13 +70,13 @@ from aotui.protocol.messages import (
 )
 from aotui.protocol.stream import FrameReader, write_frame
 from aotui.protocol.structure import escape_structural
-from aotui.sandbox import cgroups, handles, render, sdk, worker  # noqa: F401
+from aotui.sandbox import cgroups, fsview, render, sdk, worker  # noqa: F401
 from aotui.sandbox.policy import default_runtime_read
 from aotui.sandbox.warm_up import warm_up
 
 #: Standard-library modules apps commonly use, imported once here and shared copy-on-write by every
 #: worker, for speed only: a worker imports any other module itself, even as a per-app uid that
-#: cannot search the directories above the interpreter (see ``sandbox/handles.py``).
+#: cannot search the directories above the interpreter on the host (``sandbox/fsview.py``).
 PRELOAD = [
     "base64",
     "bisect",
@@ -142,7 +142,7 @@ def _preload() -> None:
     codec.prepare(*WORKER_TRAFFIC)
     escape_structural("<")  # builds the ASCII tables every render uses
     escape_structural("\u2026")  # and the full-Unicode ones (shipped, compiled: ~4 ms once)
-    warm_up()  # before handles.preroute counts the modules: any it imports are counted too
+    warm_up()
 
 
 __all__ = ["kill_workers", "main", "serve", "set_parent_death_signal"]
@@ -310,9 +310,8 @@ def kill_workers(apps: dict[int, str]) -> None:
 def _prepare_shared_state() -> None:
     """Load and freeze what every worker forked from here shares."""
     _preload()
-    if os.geteuid() == 0:
-        # Each worker drops to a per-app uid: name the modules once the way it will reach them.
-        handles.preroute(default_runtime_read())
+    # Each worker binds the runtime trees in its filesystem view: resolve their paths once.
+    fsview.prepare(default_runtime_read())
     # What the zygote holds now is shared by every worker: frozen, the collector never walks it,
     # so a worker's collections do not copy those pages (its USS) nor spend time on them. No
     # collection first: it would take ~25 ms for a few hundred objects, and free holes to copy.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -162,8 +163,11 @@ class Outcome:
 
     @property
     def denied(self) -> bool:
-        """Blocked the way an app sees a denied access: ``PermissionError``."""
-        return self.error == "PermissionError"
+        """Blocked the way an app sees a denied access: ``PermissionError`` (Landlock, modes),
+        a path its filesystem view does not hold (``ENOENT``), or a read-only tree (``EROFS``)."""
+        if self.error in ("PermissionError", "FileNotFoundError"):
+            return True
+        return self.error == "OSError" and self.errno in (errno.EROFS, errno.EXDEV)
 
 
 def _child(
@@ -193,9 +197,8 @@ def close_inherited_descriptors() -> None:
     """In the child (a ``before``): close what it inherited from pytest, as the zygote's child
     keeps only its channel.
 
-    A worker's handles take the lowest free descriptors in order (``sandbox/handles.py``), which
-    the zygote predicts; the descriptors pytest and xdist hold would leave holes that shift
-    them, so a prediction tested here would miss, though never in a real worker.
+    A confined child that inherits pytest's and xdist's descriptors is not what a real worker
+    is: its ``fd-close`` layer fails, and descriptors it holds may reach what the view hides.
     """
     os.closerange(3, RESULT_FD)
 

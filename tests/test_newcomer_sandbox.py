@@ -22,7 +22,6 @@ import psutil
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.sandbox import handles
 from aotui.sandbox import probe as probe_module
 from aotui.supervisor.interface.client import Client
 from aotui.supervisor.interface.launch import DesktopLaunch
@@ -189,8 +188,9 @@ def test_each_app_has_a_private_temp_dir_removed_on_close(
     assert mine.parent == theirs.parent == base
     if ROOT:  # owned by the app's own uid, so DAC keeps the other app out too
         assert mine.stat().st_uid == psutil.Process(desktop.app_pid("app_0")).uids().real
+    # The other app's directory is not even in this app's filesystem view.
     assert run(desktop, "app_0", f"execute peek --path {json.dumps(str(theirs))}") == (
-        "refused: PermissionError"
+        "refused: FileNotFoundError"
     )
     own = json.dumps(first["gettempdir"])  # type: ignore[index]
     assert str(run(desktop, "app_0", f"execute peek --path {own}")).startswith("listed")
@@ -278,7 +278,9 @@ def private_app(tmp_path: Path) -> tuple[Path, Path]:
     return app, secret
 
 
-def test_handles_carry_imports_and_the_app_dir_across_the_uid_drop(tmp_path: Path) -> None:
+def test_the_view_carries_imports_and_the_app_dir_by_name_across_the_uid_drop(
+    tmp_path: Path,
+) -> None:
     if not ROOT:
         pytest.skip("unprivileged, there is no uid drop: the user reads its own trees by name")
     app, secret = private_app(tmp_path)
@@ -290,44 +292,41 @@ def test_handles_carry_imports_and_the_app_dir_across_the_uid_drop(tmp_path: Pat
             importlib.import_module(name)
         import sqlite3
 
-        reached = handles.reachable(str(app))
         try:
-            Path(reached, "..", secret.name).read_text()
+            Path(app, "..", secret.name).read_text()
             escaped = "read"
-        except PermissionError:
-            escaped = "denied"
+        except OSError as exc:
+            escaped = type(exc).__name__
         # json was imported before the drop: its loader must find its files again.
         resource = importlib.resources.files("json").joinpath("__init__.py").read_text()
         return {
             "resources": "JSONDecoder" in resource,
             "via": os.path.dirname(os.path.dirname(sqlite3.__file__ or "")),
             "sqlite": sqlite3.connect(":memory:").execute("select 6 * 7").fetchone()[0],
-            "data": Path(reached, "data.txt").read_text(),
+            "data": Path(app, "data.txt").read_text(),
             "by_name": os.access(app, os.R_OK),
             "escape": escaped,
         }
 
     outcome = run_confined("root", {"app": APP, "app_dir": str(app), "uid": APP_UID}, attempt)
-    # The stdlib was reached through its handle where its parents are closed (pyenv in /root).
-    stdlib = os.path.dirname(os.__file__)
-    closed = stat.S_IMODE(os.stat(Path(stdlib).parents[-2]).st_mode) & 0o001 == 0
+    # Every tree keeps its own name, even below 0700 parents (pyenv in /root, tmp_path's).
     assert outcome.value is not None, outcome
-    assert outcome.value.pop("via").startswith("/proc/self/fd/" if closed else stdlib)
+    assert outcome.value.pop("via") == os.path.dirname(os.__file__)
     assert outcome.value == {
         "resources": True,
         "sqlite": 42,
         "data": "app data\n",
-        "by_name": False,  # the uid still cannot reach it by its name…
-        "escape": "denied",  # …nor anything beside it through the handle
+        "by_name": True,  # the app directory by its own name, whatever its parents' modes…
+        "escape": "FileNotFoundError",  # …and what lies beside it is not in the view at all
     }, outcome
-    assert {"uid-drop", "landlock"} <= set(outcome.layers)
+    assert {"uid-drop", "landlock", "mntns"} <= set(outcome.layers)
 
 
 def test_the_probe_names_a_granted_tree_a_per_app_uid_cannot_list(tmp_path: Path) -> None:
     if not ROOT:
         pytest.skip("unprivileged, there is no per-app uid whose reach the probe could check")
     app, _secret = private_app(tmp_path)
-    app.chmod(0o700)  # its own mode, which no handle gets around
+    app.chmod(0o700)  # its own mode, which the view does not get around
     policy = {"app": APP, "app_dir": str(app), "uid": APP_UID}
     outcome = run_confined("root", policy, lambda: probe_module._what_stops_apps([str(app)]))
     assert outcome.value == [f"{app} (Permission denied)"], outcome

@@ -3,15 +3,15 @@
 Measured with 10 workers of the 100-item list app (tests/apps/lister) as root: 7.15 MB each
 once open; 6.23 MB when a worker no longer walks every module object to find the import
 locations the zygote already listed, nor frees the zygote's import finders; 5.63 MB with the
-zygote's warm-up render (sandbox/warm_up.py). The children below are really confined
-(tests/confined.py), the desktop is real.
+zygote's warm-up render (sandbox/warm_up.py). Since each worker has a filesystem view of its
+own (sandbox/fsview.py), no module is renamed nor any import path rerouted at all. The
+children below are really confined (tests/confined.py), the desktop is real.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from aotui.sandbox import handles
+from aotui.sandbox import fsview
 from aotui.sandbox.item_cache import ItemCache
 from aotui.sandbox.policy import default_runtime_read
 from aotui.sandbox.render import render_view
@@ -34,9 +34,9 @@ ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="unprivileged, there is
 
 #: The bench's goal for a running worker's USS (bench/bench_scale.py, ``worker_uss_mb``).
 WORKER_USS_GOAL_MB = 6.0
-#: What the test allows over it: one worker measured 5.74-5.84 MB from a checkout other uids
-#: can reach, 5.95-5.98 MB from a 0700 one (its trees are reached as /proc/self/fd/N). The
-#: regressions it guards against cost more: renaming every module 4 MB, walking them 0.9 MB.
+#: What the test allows over it: one worker measured 5.74-5.84 MB before its filesystem view
+#: (sandbox/fsview.py). The regressions it guards against cost more: renaming every module
+#: 4 MB, walking them 0.9 MB.
 USS_MARGIN_MB = 0.5
 
 
@@ -51,19 +51,14 @@ class _WatchedModule(ModuleType):
         return super().__getattribute__(name)
 
 
-def _lowest_free_fd() -> int:
-    fd = os.open("/dev/null", os.O_RDONLY)
-    os.close(fd)
-    return fd
-
-
 def _as_the_zygote(then: Callable[[], object] = lambda: None) -> Callable[[], None]:
-    """What the zygote does before forking (names its modules), then ``then()``; in the child."""
+    """What the zygote does before forking (plans the runtime view), then ``then()``; in the
+    child."""
 
     def before() -> None:
         sys.modules["aotui_watched_module"] = _WatchedModule("aotui_watched_module")
         close_inherited_descriptors()
-        handles.preroute(default_runtime_read(), first_fd=_lowest_free_fd())
+        fsview.prepare(default_runtime_read())
         _WatchedModule.lookups = 0
         then()
 
@@ -78,39 +73,14 @@ def _policy(tmp_path: Path) -> dict[str, object]:
 
 
 @ROOT_ONLY
-def test_a_worker_walks_no_module_to_find_the_import_locations(tmp_path: Path) -> None:
+def test_a_worker_walks_no_module_while_it_confines_itself(tmp_path: Path) -> None:
     # Each module object a worker touches copies the page it lies on: 1.4 MB for ~250 modules.
+    # Its filesystem view keeps every path's name, so no module needs renaming either.
     outcome = run_confined(
         "root", _policy(tmp_path), lambda: _WatchedModule.lookups, before=_as_the_zygote()
     )
     assert "uid-drop" in outcome.layers, outcome
     assert outcome.value == 0, "confine() looked up every module's __path__ again"
-
-
-finders: list[weakref.ref[Any]] = []
-
-
-def _watch_finders() -> None:
-    for finder in sys.path_importer_cache.values():
-        if finder is not None:
-            finders.append(weakref.ref(finder))
-
-
-@ROOT_ONLY
-def test_a_worker_does_not_free_the_finders_it_drops(tmp_path: Path) -> None:
-    # Freeing them and their directory listings copies ~150 pages the zygote shares (0.6 MB).
-    if handles._others_reach(os.path.dirname(os.__file__)):
-        pytest.skip("the per-app uid reaches the standard library by name: nothing is dropped")
-
-    def freed() -> list[int]:
-        return [len(finders), sum(ref() is None for ref in finders), len(sys.path_importer_cache)]
-
-    outcome = run_confined("root", _policy(tmp_path), freed, before=_as_the_zygote(_watch_finders))
-    assert outcome.value is not None, outcome
-    watched, dead, cached = outcome.value
-    assert watched > 0
-    assert dead == 0, f"{dead} of the zygote's {watched} import finders were freed"
-    assert cached < watched  # they were dropped from the cache all the same
 
 
 def test_the_warm_up_view_takes_the_path_of_every_mark() -> None:
