@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import json
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -24,6 +25,7 @@ import zmq
 
 from aotui.supervisor.interface.client import Client
 from aotui.supervisor.interface.launch import DesktopLaunch, LaunchedDesktop, launch_desktop
+from aotui.supervisor.server.conn_guard import raise_descriptor_limit
 from aotui.supervisor.workers import app_tmp
 
 TEST_APPS = Path(__file__).parent / "apps"
@@ -93,6 +95,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="120",
         help="how long tests/test_soak.py runs (default 120; 3600 for the hour-long soak)",
     )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Lift the soft descriptor limit to the hard one, as the supervisor does for itself.
+
+    A login's soft limit is 1024 (``su - user``, systemd) while its hard limit is far higher; a
+    test that needs many descriptors sizes itself to what this leaves (:func:`spare_descriptors`).
+    """
+    raise_descriptor_limit()
+
+
+def spare_descriptors(margin: int = 64) -> int:
+    """How many more descriptors this process may open, keeping ``margin`` for the test itself."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(0, soft - len(os.listdir("/proc/self/fd")) - margin)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
