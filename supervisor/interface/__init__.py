@@ -13,7 +13,8 @@
   supervisor's event loop, bounded per peer.
 - :mod:`~supervisor.interface.snapshot_json` — a snapshot as structured data.
 - :mod:`~supervisor.interface.waits` — ``wait_for``: until a signal, a text, or quiet.
-- :mod:`~supervisor.interface.state_transfer` — ``export`` / ``import`` of a desktop's state.
+- :mod:`~supervisor.interface.state_transfer` — ``export`` / ``import`` of a desktop's state;
+  :mod:`~supervisor.interface.plain_data` — what such a state may hold, checked without recursion.
 - :mod:`~supervisor.interface.mcp_server` — ``aotui mcp`` (stdio or streamable HTTP), on the
   official MCP SDK, imported by that command only; :mod:`~supervisor.interface.operation_tools`
   — its per-operation tools.

@@ -534,6 +534,14 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise AotuiError(
             ErrorCode.E_INVALID_CMD, f"the state to import is not JSON ({exc}); use aotui export"
         ) from None
+    except RecursionError:  # json's parser recurses: ~1000 levels of [ are its limit
+        from aotui.supervisor.interface.plain_data import DATA_MAX_DEPTH
+
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"the state to import is nested too deep to read; an app's data nests at most "
+            f"{DATA_MAX_DEPTH} levels. Use aotui export",
+        ) from None
     with _client(args) as client:
         client.lease_token = _reader(args).get("token")
         result = client.import_state(state)

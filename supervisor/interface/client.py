@@ -318,21 +318,30 @@ class Client:
                 )
             chunks.append(reply["chunk"])
             received += len(reply["chunk"])
-        result: dict[str, Any] = msgpack.unpackb(b"".join(chunks), raw=False)
+        try:
+            result: dict[str, Any] = msgpack.unpackb(b"".join(chunks), raw=False)
+        except (ValueError, TypeError) as exc:  # StackError and FormatError are ValueErrors
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"the desktop's export is not a state this client can read ({str(exc)[:200]})",
+            ) from None
         return result
 
     def import_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """Give the installed apps named in ``state`` its data (running ones restart from it).
 
-        The state goes in chunks; the desktop changes nothing until it has the last one."""
+        The state goes in chunks; the desktop changes nothing until it has the last one (and
+        checks it all again). What it could not take is refused here first, naming its path."""
         import msgpack
 
-        try:
-            blob: bytes = msgpack.packb(state, use_bin_type=True)
-        except (TypeError, ValueError) as exc:
+        from aotui.supervisor.interface.plain_data import state_fault
+
+        fault = state_fault(state)  # before msgpack: a 2**64 or 600 levels would raise there
+        if fault is not None:
             raise AotuiError(
-                ErrorCode.E_INVALID_CMD, f"the state to import is not plain data ({exc})"
-            ) from None
+                ErrorCode.E_INVALID_CMD, f"the state cannot be imported: {fault}; nothing was sent"
+            )
+        blob: bytes = msgpack.packb(state, use_bin_type=True)
         step = self.TRANSFER_CHUNK_BYTES
         import_id: str | None = None
         offset = 0

@@ -7,6 +7,10 @@ opened again from it, so it shows the imported state at once. Apps the data name
 installed here are reported as skipped, never installed behind the user's back. The desktop's
 store stays the embedded default: this is how state moves between desktops or is kept aside.
 
+An import takes effect whole or not at all: the state is checked whole first
+(:mod:`~supervisor.interface.plain_data`, then each app's budget and the frames that carry its
+data to a worker), and a failure while applying gives every app back what it had.
+
 Both move the state in chunks, since it may be far larger than one frame (each app may keep
 64 MiB): the state is encoded whole as msgpack and sent in slices of
 :attr:`TransferLimits.chunk_bytes`.
@@ -24,19 +28,24 @@ The supervisor holds transfers under way in a bounded :class:`TransferCache` (pe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.desktop.app_record import AppStatus
+from aotui.supervisor.interface.plain_data import data_fault, state_fault
 from aotui.supervisor.interface.transfer_cache import TransferCache, TransferKind, TransferLimits
 from aotui.supervisor.store.budget import MAX_APP_DATA_BYTES
 from aotui.supervisor.store.state import DesktopState
-from aotui.supervisor.workers.restore import part_bytes
+from aotui.supervisor.workers.restore import part_bytes, restore_messages
 
 if TYPE_CHECKING:
     from aotui.supervisor.desktop.app_record import AppRecord
     from aotui.supervisor.server.process import Supervisor
+    from aotui.supervisor.store.state import AppEntry
 
 __all__ = ["StateTransfer", "pack_state", "unpack_state"]
 
@@ -55,9 +64,10 @@ def unpack_state(blob: bytes) -> Any:
     try:
         return msgpack.unpackb(blob, raw=False, strict_map_key=True)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError) as exc:
+        why = "nested too deep for msgpack" if isinstance(exc, msgpack.StackError) else exc
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,
-            f"the imported chunks do not make an encoded desktop state ({exc}); "
+            f"the imported chunks do not make an encoded desktop state ({str(why)[:200]}); "
             f"import again from an `aotui export`",
         ) from None
 
@@ -85,6 +95,7 @@ class StateTransfer:
                 self.transfers.drop(params["export_id"])
             return self._chunk(params["export_id"], bytes(transfer.data), offset)
         state = self.supervisor.desktop.serialize().to_dict()
+        await asyncio.to_thread(_check_exportable, state)
         if not params.get("chunked"):
             size = len(await asyncio.to_thread(pack_state, state))
             if size > self.chunk_bytes:
@@ -163,39 +174,32 @@ class StateTransfer:
         return total
 
     async def _apply(self, raw: Any) -> dict[str, Any]:
-        """Give the installed apps their data from ``raw``, stored in one write."""
-        state = DesktopState.from_dict(raw)
+        """Give the installed apps their data from ``raw``: all of it, or none.
+
+        Everything is checked before anything changes (types, integers, depth, budgets, frames);
+        if a step of the change fails after all (an app that will not start from its data, the
+        store), every app is given back what it had — data, views, running or collapsed — and
+        the error says so.
+        """
         desktop = self.supervisor.desktop
         desktop.require_writable()
-        installed = {app.manifest.id: app for app in desktop.apps}
-        chosen: list[tuple[AppRecord, Any]] = []
-        skipped: list[str] = []
-        for entry in state.apps:
-            app = installed.get(entry.manifest_id)
-            if app is None:
-                skipped.append(entry.manifest_id)
-                continue
-            _check_budget(app.app_id, entry.data)
-            chosen.append((app, entry.data))
+        fault = await asyncio.to_thread(state_fault, raw)  # before anything reads it
+        if fault is not None:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"{fault}; nothing was imported")
+        chosen, skipped = self._chosen(DesktopState.from_dict(raw))
         if not chosen and not skipped:
             raise AotuiError(ErrorCode.E_INVALID_CMD, "the state names no apps; nothing imported")
+        await asyncio.to_thread(_check_data, chosen)
         # Never under an execute on the same app; taken in one order, so two imports cannot
         # hold each other's locks.
         locks = [
             self.supervisor.app_locks.setdefault(app.app_id, asyncio.Lock())
-            for app in sorted({app.app_id: app for app, _ in chosen}.values(), key=_order)
+            for app in sorted((app for app, _ in chosen), key=_order)
         ]
         for lock in locks:
             await lock.acquire()
         try:
-            live = [app for app, _ in chosen if app.is_live]
-            for app in live:
-                await desktop.runner.close(app)
-            for app, data in chosen:
-                app.adopt_state(data)
-            await desktop.persist(*(app for app, _ in chosen))  # one write: all or none
-            for app in live:
-                await desktop.open_app(app)
+            await self._replace(chosen)
         finally:
             for lock in locks:
                 lock.release()
@@ -206,6 +210,89 @@ class StateTransfer:
             + "."
         )
         return {"imported": imported, "skipped": skipped}
+
+    def _chosen(self, state: DesktopState) -> tuple[list[tuple[AppRecord, Any]], list[str]]:
+        """The installed apps ``state`` gives data (with it), and the manifest ids skipped."""
+        installed = {app.manifest.id: app for app in self.supervisor.desktop.apps}
+        chosen: dict[str, tuple[AppRecord, Any]] = {}
+        skipped: list[str] = []
+        for entry in state.apps:
+            app = installed.get(entry.manifest_id)
+            if app is None:
+                skipped.append(entry.manifest_id[:200])
+            elif app.app_id in chosen:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"the state gives {app.app_id} ({app.name}) data twice; nothing was imported",
+                )
+            else:
+                chosen[app.app_id] = (app, entry.data)
+        return list(chosen.values()), skipped
+
+    async def _replace(self, chosen: list[tuple[AppRecord, Any]]) -> None:
+        """Close the live ones of ``chosen``, store their new data in one write, open them again;
+        on any failure, undo it all (:meth:`_undo`) and re-raise, saying it was undone."""
+        desktop = self.supervisor.desktop
+        apps = [app for app, _ in chosen]
+        before = {entry.app: entry for entry in desktop.serialize().apps}
+        live = {app.app_id: app.status for app in apps if app.is_live}
+        try:
+            for app in apps:
+                if app.app_id in live:
+                    await desktop.runner.close(app)
+            for app, data in chosen:
+                app.adopt_state(data)
+            await desktop.persist(*apps)  # one write: all or none
+            for app in apps:
+                if app.app_id in live:
+                    await self._reopen(app, live[app.app_id])
+        except BaseException as exc:
+            undone = await self._undo(apps, before, live)
+            if not isinstance(exc, AotuiError):
+                raise
+            raise AotuiError(
+                exc.code, f"the import was undone: {undone} What failed: {exc.message}", exc.data
+            ) from None
+
+    async def _reopen(self, app: AppRecord, status: AppStatus) -> None:
+        """Open ``app`` again, collapsed if it was."""
+        await self.supervisor.desktop.open_app(app)
+        if status is AppStatus.COLLAPSED and app.status is AppStatus.RUNNING:
+            app.transition(AppStatus.COLLAPSED)
+
+    async def _undo(
+        self, apps: list[AppRecord], before: dict[str, AppEntry], live: dict[str, AppStatus]
+    ) -> str:
+        """Give ``apps`` back their data, views and state from ``before``; says how that went."""
+        desktop = self.supervisor.desktop
+        failed: list[str] = []
+        for app in apps:
+            entry = before[app.app_id]
+            if app.app_id not in live:
+                app.adopt_state(entry.data)
+                continue
+            try:
+                await desktop.runner.close(app)  # it may run with the imported data by now
+            except AotuiError as exc:
+                failed.append(f"{app.app_id} could not be closed ({exc.message[:200]})")
+                app.adopt_state(entry.data)
+                continue
+            app.restore(entry)  # its view ids and mounted views too: it opens as it was
+        with contextlib.suppress(AotuiError):
+            # A store that refuses this write is failing: the desktop writes what it holds (now
+            # the data from before) once the store can be written again.
+            await desktop.persist(*apps)
+        for app in apps:
+            if app.app_id in live and not app.is_live:
+                try:
+                    await self._reopen(app, live[app.app_id])
+                except AotuiError as exc:
+                    failed.append(f"{app.app_id} could not be opened ({exc.message[:200]})")
+        what = f"{', '.join(app.app_id for app in apps)} have their data from before it"
+        if failed:
+            what += f", but {'; '.join(failed)}"
+        desktop.log(f"An import failed and was undone: {what}.")
+        return what + "."
 
 
 def _order(app: AppRecord) -> str:
@@ -225,6 +312,44 @@ def _offset(params: dict[str, Any], total: int) -> int:
             f"offset {str(offset)[:40]} is not a byte offset within the {total} bytes",
         )
     return offset
+
+
+def _check_exportable(state: dict[str, Any]) -> None:
+    """``E_INVALID_CMD`` naming an app whose data could not be imported back (runs in a thread).
+
+    Such data never comes from an app (its frames hold it to the same limits) nor, now, from an
+    import; a store written otherwise could hold it, and 600 levels of it made export recurse.
+    """
+    for i, entry in enumerate(state["apps"]):
+        fault = data_fault(entry["data"], f"apps[{i}].data")
+        if fault is not None:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"the desktop's state cannot be exported: {fault}. The data of {entry['app']} "
+                f"is not data an app could have sent; start it without its saved state (which "
+                f"discards it): <context>open --application {entry['app']} --fresh</context>",
+            )
+
+
+def _check_data(chosen: list[tuple[AppRecord, Any]]) -> None:
+    """Each app's data within its budget and sendable to its worker (runs in a thread)."""
+    for app, data in chosen:
+        _check_budget(app.app_id, data)
+        _check_sendable(app, data)
+
+
+def _check_sendable(app: AppRecord, data: Any) -> None:
+    """``E_INVALID_CMD`` unless ``data`` goes to a new worker of ``app`` as its start does: each
+    frame of it within the codec's limits (frame bytes, items, string bytes, depth)."""
+    for message in restore_messages(app.app_id, data, []):
+        try:
+            codec.encode(message)
+        except AotuiError as exc:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"the imported data of {app.app_id} ({app.name}) cannot be sent to the app: "
+                f"{exc.message}; nothing was imported",
+            ) from None
 
 
 def _check_budget(app: str, data: Any) -> None:
