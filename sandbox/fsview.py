@@ -48,6 +48,7 @@ __all__ = [
     "outside_view",
     "plan_view",
     "prepare",
+    "probe_idmap",
 ]
 
 CLONE_NEWNS = 0x00020000
@@ -447,6 +448,8 @@ def _mapping_namespace(owner: tuple[int, int], ids: tuple[int, int]) -> int:
     if pid == 0:  # pragma: no cover - the forked child
         code = 1
         try:
+            os.close(ready_r)
+            os.close(done_w)  # so that the parent's close is the end of the stream
             check(int(libc.unshare(0x10000000)), "unshare(CLONE_NEWUSER)")
             os.write(ready_w, b"1")
             os.read(done_r, 1)
@@ -518,3 +521,24 @@ def enter_view(
     check(int(libc.umount2(b".", _MNT_DETACH)), "umount2(old root)")
     os.chdir("/")
     return plan
+
+
+def probe_idmap(path: str) -> str:
+    """``""`` when ``path``'s filesystem takes an idmapped mount here, else why not (root, in a
+    single-threaded process: ``python -m aotui.sandbox.fsview --probe-idmap PATH``)."""
+    try:
+        info = os.stat(path)
+        os.close(idmapped_tree(path, (info.st_uid, info.st_gid), (65534, 65534)))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] != ["--probe-idmap"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m aotui.sandbox.fsview --probe-idmap PATH")
+    reason = probe_idmap(sys.argv[2])
+    print(reason or "ok")
+    sys.exit(1 if reason else 0)

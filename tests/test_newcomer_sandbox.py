@@ -80,7 +80,12 @@ def test_an_app_in_a_private_directory_opens(start_desktop: Start, tmp_path: Pat
     assert "hello from helper; data next to the app" in desktop.client.snapshot()
 
 
-def test_an_app_whose_own_files_are_unreadable_runs_from_a_private_copy(
+#: A uid that owns nothing on the machine: a file of its own that the per-app uid cannot read
+#: and an idmapped mount of the directory's owner does not make readable.
+STRANGER = 64999
+
+
+def test_an_app_whose_own_files_are_unreadable_reads_them_through_an_idmapped_mount(
     start_desktop: Start, tmp_path: Path
 ) -> None:
     if not ROOT:
@@ -88,6 +93,27 @@ def test_an_app_whose_own_files_are_unreadable_runs_from_a_private_copy(
     app_dir = private_copy(tmp_path, "importer")  # as a checkout made with umask 077 would be
     for path in [app_dir, *app_dir.rglob("*")]:
         path.chmod(0o700 if path.is_dir() else 0o600)
+    desktop = start_desktop([str(app_dir)])
+    desktop.client.execute("<context>open --application app_0</context>")
+    result = run(desktop, "app_0", "execute imports")
+    assert result["failed"] == {}  # type: ignore[index]
+    text = desktop.client.snapshot()
+    assert "hello from helper; data next to the app" in text
+    assert f"cannot read {app_dir} (mode drwx------); the app reads its files through" in text
+    assert "an idmapped mount (uid 0 shown as" in text
+    assert not list((desktop.runtime / desktop.name / "tmp").glob("app_0-*-app"))  # no copy
+    assert stat.S_IMODE((app_dir / "helper.py").stat().st_mode) == 0o600  # nothing changed
+
+
+def test_an_app_an_idmapped_mount_cannot_open_runs_from_a_private_copy(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    if not ROOT:
+        pytest.skip("unprivileged, a worker keeps the user's uid, which reads the user's files")
+    app_dir = private_copy(tmp_path, "importer")
+    for path in [app_dir, *app_dir.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    os.chown(app_dir / "helper.py", STRANGER, STRANGER)  # neither root's nor the uid's
     desktop = start_desktop([str(app_dir)])
     desktop.client.execute("<context>open --application app_0</context>")
     result = run(desktop, "app_0", "execute imports")
@@ -116,6 +142,7 @@ def test_an_unreadable_app_too_big_to_copy_is_refused_with_the_cause(
         pytest.skip("unprivileged, a worker keeps the user's uid, which reads the user's files")
     app_dir = private_copy(tmp_path, "importer")
     (app_dir / "helper.py").chmod(0o600)
+    os.chown(app_dir / "helper.py", STRANGER, STRANGER)
     sparse_big_file(app_dir)
     desktop = start_desktop([str(app_dir)])
     with pytest.raises(AotuiError) as refused:
@@ -123,7 +150,7 @@ def test_an_unreadable_app_too_big_to_copy_is_refused_with_the_cause(
     assert refused.value.code is ErrorCode.E_PERMISSION
     message = refused.value.message
     assert f"which cannot read {app_dir / 'helper.py'} (mode -rw-------)" in message
-    assert "at 100 MiB the app is too big to copy for it (limit 64 MiB)" in message
+    assert "cannot be copied for it: it is larger than 64 MiB" in message
     assert f"chmod -R o+rX {app_dir}" in message
 
 
@@ -136,6 +163,7 @@ def test_a_system_app_that_cannot_start_logs_the_real_cause(
     private.mkdir(mode=0o700)
     chat = Path(shutil.copytree(BUNDLED_APPS / "system" / "chat", private / "chat"))
     (chat / "app.py").chmod(0o600)
+    os.chown(chat / "app.py", STRANGER, STRANGER)
     sparse_big_file(chat)
     desktop = start_desktop([str(chat)])
     logs = desktop.client.snapshot()

@@ -7,7 +7,8 @@
 - :mod:`~supervisor.workers.http_calls` — ``HttpCalls``: a worker's brokered HTTP, off the loop.
 - :mod:`~supervisor.workers.heartbeat` — ``Heartbeat``: pings; a silent worker is killed.
 - :mod:`~supervisor.workers.limits` — ``LimitEnforcer``: the watchdog's verdicts carried out.
-- :mod:`~supervisor.workers.leases` — ``WorkerLeases``: each worker's uid, temp dir, app copy.
+- :mod:`~supervisor.workers.leases` — ``WorkerLeases``: each worker's uid, temp dir, app dir.
+- :mod:`~supervisor.workers.app_copy` — the race-free, bounded copy of an app its uid cannot read.
 - :mod:`~supervisor.workers.host` — ``RunnerHost``: what the parts need of their desktop.
 - :mod:`~supervisor.workers.kill` — ``kill_worker``: the one way a worker is killed, with why.
 - :mod:`~supervisor.workers.launcher` — the zygote that forks workers, supervised and restarted.

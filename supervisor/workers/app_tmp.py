@@ -1,13 +1,10 @@
-"""Where the apps' private temporary directories live, so that their uids reach them by name.
+"""Where the apps' private temporary directories live.
 
-A root worker runs as a per-app uid that cannot search the desktop's runtime directory (0700,
-root's), so it reaches its ``TMPDIR`` through a handle, ``/proc/self/fd/N`` (sandbox/handles.py).
-That is not enough for code that resolves a path's symlinks before using it: SQLite reads the
-magic link back as the directory's real name, looks that up, and fails ("unable to open database
-file"). So with per-app uids the temporary directories go in a directory of their own in the
-system's temporary directory, searchable by anyone (``0711``: nobody can list it) and each app's
-own inside it ``0700`` and owned by its uid. Its path is recorded in the runtime directory, so a
-desktop killed before it could clean up has it removed at its next start.
+With per-app uids the temporary directories go in a directory of their own in the system's
+temporary directory, searchable by anyone (``0711``: nobody can list it), each app's own inside
+it ``0700`` and owned by its uid; each worker's filesystem view attaches only its own, at that
+path (``sandbox/fsview.py``). The base's path is recorded in the runtime directory, so a desktop
+killed before it could clean up has it removed at its next start.
 """
 
 from __future__ import annotations

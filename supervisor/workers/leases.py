@@ -1,8 +1,11 @@
-"""What a worker holds while its app runs: its uid (as root), its temp dir, a copy of its app.
+"""What a worker holds while its app runs: its uid (as root), its temp dir, how it reads its app.
 
 As root each worker leases a uid of its own on this machine (:mod:`~supervisor.workers.uids`)
-and a private temporary directory; an app whose files that uid may not read runs from a copy
-handed over to it. All of it is given back when the app's last worker is discarded.
+and a private temporary directory. An app whose own files that uid may not read is shown to it
+through an idmapped mount of its directory (the worker makes it: ``sandbox/fsview.py``), or,
+where the filesystem takes none, runs from a copy made race-free for it
+(:mod:`~supervisor.workers.app_copy`). All of it is given back when the app's last worker is
+discarded. :meth:`WorkerLeases.policy` may walk and copy the app: it runs in a thread.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import os
 import secrets
 import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,7 @@ from aotui.protocol.messages import WorkerPolicy
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.paths import DesktopPaths
+from aotui.supervisor.workers.app_copy import CopyRefused, copy_app
 from aotui.supervisor.workers.app_tmp import forget_base, make_base
 from aotui.supervisor.workers.uids import UidAllocator
 
@@ -28,8 +34,8 @@ __all__ = ["WorkerLeases", "remove_tree"]
 
 #: Entries of an app directory :func:`_unreadable_inside` looks at before trusting the rest.
 _READABLE_CHECK_LIMIT = 2000
-#: The largest app copied for a per-app uid that cannot read the app's own files.
-_COPY_LIMIT_BYTES = 64 * 2**20
+#: How long the check that a filesystem takes idmapped mounts may take.
+_IDMAP_PROBE_TIMEOUT_S = 10.0
 
 
 class WorkerLeases:
@@ -45,8 +51,13 @@ class WorkerLeases:
         self.uids = UidAllocator() if os.geteuid() == 0 else None
         self._leased: dict[str, int] = {}
         self._tmp_dirs: dict[str, Path] = {}
-        #: Per running app whose files its uid cannot read: the copy it runs from.
+        #: Per running app with a uid: the directory it runs from and the owner its idmapped
+        #: mount maps to the uid (``None``: read as it is).
+        self._app_dirs: dict[str, tuple[Path, tuple[int, int] | None]] = {}
+        #: Per running app whose files its uid cannot read, without an idmapped mount: its copy.
         self._copies: dict[str, Path] = {}
+        #: Filesystem (``st_dev``) → why it takes no idmapped mount (``""``: it does).
+        self._idmap_refusals: dict[int, str] = {}
         #: Where the apps' private temporary directories go (set by :meth:`prepare`).
         self.app_tmp_root = self.tmp_root
 
@@ -69,38 +80,68 @@ class WorkerLeases:
         forget_base(self.tmp_root)
         remove_tree(self.tmp_root)
 
-    def readable_app_dir(self, app: AppRecord, uid: int) -> Path:
-        """As root, the directory the per-app ``uid`` runs ``app`` from: its own, or a copy.
+    def readable_app_dir(self, app: AppRecord, uid: int) -> tuple[Path, tuple[int, int] | None]:
+        """As root, how the per-app ``uid`` reads ``app``: its own directory, with the owner an
+        idmapped mount maps to ``uid`` (``None``: none needed), or a copy.
 
-        The directories above the app do not matter: the worker reaches the app's directory
-        through a descriptor opened before its uid drop (``sandbox/handles.py``). Files of the app
-        that ``uid`` may not read (a checkout made with umask 077) are copied for it instead, into
-        the app's private area, owned by ``uid``; an app over :data:`_COPY_LIMIT_BYTES` is
-        refused, naming the file and the ``chmod`` that would let it run in place.
+        The directories above the app do not matter: the worker's filesystem view reaches it by
+        name whatever their modes. Files of the app that ``uid`` may not read (a checkout made
+        with umask 077) are shown through an idmapped mount where that makes every one readable
+        and the filesystem takes one; else they are copied for it (race-free, bounded:
+        :mod:`~supervisor.workers.app_copy`), or opening the app fails with ``E_PERMISSION``
+        naming the file and the ``chmod`` that would let it run in place.
         """
         source = app.manifest.app_dir
         blocked = _unreadable_inside(source, uid)
         if blocked is None:
-            return source
-        size = _tree_size(source)
-        if size > _COPY_LIMIT_BYTES:
+            return source, None
+        info = os.stat(source)
+        owner = (info.st_uid, info.st_gid)
+        refusal = self._idmap_refusal(source, info.st_dev)
+        if not refusal and _unreadable_inside(source, uid, owner) is None:
+            self.log(
+                f"{app.name}: uid {uid} cannot read {blocked} (mode {_mode(blocked)}); the app "
+                f"reads its files through an idmapped mount (uid {owner[0]} shown as {uid})."
+            )
+            return source, owner
+        copy = self.tmp_root / f"{app.app_id}-{secrets.token_hex(4)}-app"
+        try:
+            copy_app(source, copy, uid, uid)
+        except (CopyRefused, OSError) as exc:
+            remove_tree(copy)
+            where = exc.path if isinstance(exc, CopyRefused) else str(blocked)
             raise AotuiError(
                 ErrorCode.E_PERMISSION,
                 f"{app.app_id} ({app.name}) runs as uid {uid}, which cannot read {blocked} (mode "
-                f"{_mode(blocked)}), and at {size // 2**20} MiB the app is too big to copy for it "
-                f"(limit {_COPY_LIMIT_BYTES // 2**20} MiB): make its files readable by other "
+                f"{_mode(blocked)}); {refusal or 'an idmapped mount would not do'}, and the app "
+                f"cannot be copied for it: {exc} ({where}). Make its files readable by other "
                 f"users with chmod -R o+rX {source}",
-                {"path": str(blocked)},
-            )
-        copy = self.tmp_root / f"{app.app_id}-{secrets.token_hex(4)}-app"
-        shutil.copytree(source, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-        _hand_over(copy, uid)
+                {"path": where},
+            ) from None
         self._copies[app.app_id] = copy
         self.log(
             f"{app.name}: uid {uid} cannot read {blocked} (mode {_mode(blocked)}); it runs from "
             "a private copy of the app (chmod -R o+rX the app to run it in place)."
         )
-        return copy
+        return copy, None
+
+    def _idmap_refusal(self, path: Path, device: int) -> str:
+        """Why ``path``'s filesystem takes no idmapped mount (``""``: it does), probed once per
+        filesystem in a fresh process (the probe forks; this process has threads)."""
+        known = self._idmap_refusals.get(device)
+        if known is not None:
+            return known
+        command = [sys.executable, "-m", "aotui.sandbox.fsview", "--probe-idmap", str(path)]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=_IDMAP_PROBE_TIMEOUT_S
+            )
+            refusal = "" if done.returncode == 0 else done.stdout.strip() or done.stderr[-200:]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            refusal = str(exc)
+        refusal = f"its filesystem takes no idmapped mount ({refusal})" if refusal else ""
+        self._idmap_refusals[device] = refusal
+        return refusal
 
     def policy(self, app: AppRecord) -> WorkerPolicy:
         """The confinement policy of ``app``'s worker; leases its uid and temp dir when new."""
@@ -110,9 +151,12 @@ class WorkerLeases:
             # Keyed by the runtime directory: two live desktops never share one.
             uid = self.uids.allocate(f"{self.paths.root} {app.app_id}")
             self._leased[app.app_id] = uid
-        app_dir = app.manifest.app_dir
+        app_dir, owner = app.manifest.app_dir, None
         if uid is not None:
-            app_dir = self._copies.get(app.app_id) or self.readable_app_dir(app, uid)
+            placed = self._app_dirs.get(app.app_id)
+            if placed is None:
+                placed = self._app_dirs[app.app_id] = self.readable_app_dir(app, uid)
+            app_dir, owner = placed
         tmp_dir = self._tmp_dirs.get(app.app_id)
         if tmp_dir is None:
             tmp_dir = self.app_tmp_root / f"{app.app_id}-{secrets.token_hex(4)}"
@@ -129,10 +173,12 @@ class WorkerLeases:
             uid=uid,
             strict=self.config.strict_sandbox,
             tmp_dir=str(tmp_dir),
+            app_owner=list(owner) if owner else None,
         )
 
     def release(self, app: AppRecord) -> None:
         """Give back what the app's last worker leased: its temp dir, its copy, its uid."""
+        self._app_dirs.pop(app.app_id, None)
         for made in (self._tmp_dirs.pop(app.app_id, None), self._copies.pop(app.app_id, None)):
             if made is not None:
                 remove_tree(made)
@@ -141,9 +187,12 @@ class WorkerLeases:
             self.uids.release(uid)
 
 
-def _unreadable_inside(app_dir: Path, uid: int) -> Path | None:
+def _unreadable_inside(
+    app_dir: Path, uid: int, owner: tuple[int, int] | None = None
+) -> Path | None:
     """The first file or directory of ``app_dir`` that ``uid`` (its own gid, no groups) cannot
-    read or search, or ``None``; looks at :data:`_READABLE_CHECK_LIMIT` entries at most."""
+    read or search — with ``owner``'s ids shown as ``uid``'s, as an idmapped mount shows them —
+    or ``None``; looks at :data:`_READABLE_CHECK_LIMIT` entries at most."""
     seen = 0
     for directory, dirs, files in os.walk(app_dir):
         entries = [(directory, True)] + [(os.path.join(directory, f), False) for f in files]
@@ -155,9 +204,13 @@ def _unreadable_inside(app_dir: Path, uid: int) -> Path | None:
                 info = os.stat(name)
             except OSError:
                 return Path(name)
-            if info.st_uid == uid:
+            file_uid, file_gid = info.st_uid, info.st_gid
+            if owner is not None:
+                file_uid = uid if file_uid == owner[0] else file_uid
+                file_gid = uid if file_gid == owner[1] else file_gid
+            if file_uid == uid:
                 needed = stat.S_IRUSR | (stat.S_IXUSR if is_dir else 0)
-            elif info.st_gid == uid:
+            elif file_gid == uid:
                 needed = stat.S_IRGRP | (stat.S_IXGRP if is_dir else 0)
             else:
                 needed = stat.S_IROTH | (stat.S_IXOTH if is_dir else 0)
@@ -165,28 +218,6 @@ def _unreadable_inside(app_dir: Path, uid: int) -> Path | None:
                 return Path(name)
         dirs.sort()
     return None
-
-
-def _tree_size(root: Path) -> int:
-    """The bytes of the files below ``root`` (what a copy would take), symlinks not followed."""
-    total = 0
-    for directory, _dirs, files in os.walk(root):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(directory, name)).st_size
-    return total
-
-
-def _hand_over(copy: Path, uid: int) -> None:
-    """Make ``copy`` readable by ``uid`` alone: owned by it, read-only, searchable."""
-    for directory, _dirs, files in os.walk(copy):
-        for name in files:
-            path = os.path.join(directory, name)
-            os.lchown(path, uid, uid)
-            if not os.path.islink(path):
-                os.chmod(path, 0o400)
-        os.chown(directory, uid, uid)
-        os.chmod(directory, 0o500)
 
 
 def _mode(path: Path) -> str:

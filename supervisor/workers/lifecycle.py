@@ -159,7 +159,8 @@ class AppLifecycle:
         # an hour when a kill landed inside that write).
         async with asyncio.timeout(timeout):
             await app.wait_stored()
-        policy = self.leases.policy(app)  # its app_dir may be a copy the per-app uid can read
+        # Off the loop: it may walk the app's files, probe its filesystem or copy it.
+        policy = await asyncio.to_thread(self.leases.policy, app)
         launch = asyncio.ensure_future(
             self.launcher.launch(
                 app.app_id,
