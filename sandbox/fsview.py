@@ -297,8 +297,8 @@ def _cloned(plan: Plan, ids: tuple[int, int] | None) -> Iterator[dict[str, int]]
                     trees[grant.path] = idmapped_tree(grant.path, grant.owner, ids)
                     continue
                 tree = _clone(grant.path)
-            except FileNotFoundError:
-                continue  # gone since it was planned: skipped
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                continue  # gone since it was planned, or not this user's to reach: skipped
             trees[grant.path] = tree
             flags = _MOUNT_ATTR_NOSUID
             flags |= 0 if grant.writable else _MOUNT_ATTR_RDONLY
