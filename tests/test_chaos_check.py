@@ -351,6 +351,10 @@ def test_leftover_processes_and_a_missing_end_fail(tmp_path: Path) -> None:
     v = verdict(Recorder().end([4242, 4243]), tmp_path, CheckName.NOTHING_LEFT_RUNNING)
     assert v.status is Status.FAIL
     assert v.evidence[0].text == "still running after stop: pids 4242, 4243"
+    named = Recorder().end([4242])
+    named.lines[-1]["leftovers"] = [{"pid": 4242, "cmdline": "sleep 300"}]
+    v = verdict(named, tmp_path, CheckName.NOTHING_LEFT_RUNNING)
+    assert v.evidence[0].text == "still running after stop: pids 4242 (sleep 300)"
     v = verdict(Recorder().command("c1"), tmp_path, CheckName.NOTHING_LEFT_RUNNING)
     assert v.status is Status.FAIL
     assert "no run end" in v.evidence[0].text

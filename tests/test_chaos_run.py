@@ -6,6 +6,7 @@ it (the run records and kills anything left; the tests assert nothing was).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -333,3 +334,49 @@ def test_ten_minutes_of_the_demo_agent_under_every_fault(tmp_path: Path) -> None
         kinds.discard("disk_full")
     assert kinds <= set(injected), injected
     assert report.ok, format_report(report)
+
+
+#: An agent that leaves a daemon behind: a double fork into a session of its own (``setsid``),
+#: with none of the run's environment, its pid written where the test can find it.
+DAEMONIZING_AGENT = textwrap.dedent(
+    """
+    import subprocess, sys
+    inner = f"echo $$ > {sys.argv[1]}; exec sleep 300"
+    subprocess.run(["sh", "-c", f"env -i setsid sh -c '{inner}' >/dev/null 2>&1 &"], check=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_setsid_grandchild_of_the_agent_is_found_and_killed(tmp_path: Path) -> None:
+    import psutil
+
+    from aotui.supervisor.chaos.history import RunEvent
+    from aotui.supervisor.chaos.run import ChaosRun
+
+    agent, pid_file = tmp_path / "agent.py", tmp_path / "daemon.pid"
+    agent.write_text(DAEMONIZING_AGENT)
+    run = ChaosRun(
+        parse_plan({"seed": 1}),
+        [sys.executable, str(agent), str(pid_file)],
+        30,
+        workdir=tmp_path / "w",
+        apps=[],
+    )
+    daemon: psutil.Process | None = None
+    try:
+        result = run.run()
+        pid = int(pid_file.read_text())
+        with contextlib.suppress(psutil.NoSuchProcess):
+            daemon = psutil.Process(pid)
+        assert result.agent_exit == 0
+        assert pid in result.leftover_pids  # it left the agent's session and environment
+        assert [(x.pid, x.cmdline) for x in result.leftovers] == [(pid, "sleep 300")]
+        assert daemon is None or daemon.status() == psutil.STATUS_ZOMBIE or not daemon.is_running()
+        end = [e for e in load_history(result.history).events if isinstance(e, RunEvent)][-1]
+        assert end.leftover_pids == (pid,)
+        assert [x.cmdline for x in end.leftovers] == ["sleep 300"]
+    finally:
+        if daemon is not None:
+            with contextlib.suppress(psutil.Error):
+                daemon.kill()

@@ -7,6 +7,8 @@
 - :mod:`~supervisor.chaos.timeline` — the timeline picture, SVG built with escaping by construction.
 - :mod:`~supervisor.chaos.plan` — seeded plans (TOML or flags): which faults, where, how often.
 - :mod:`~supervisor.chaos.run` — ``aotui chaos run``: the desktop, the agent, timed faults, the end.
+- :mod:`~supervisor.chaos.reaper` — the runner as the run's child subreaper: every process the run
+  started, found at the end (``setsid`` and double forks too), recorded and killed.
 - :mod:`~supervisor.chaos.nemesis` — inside a chaos run's supervisor: records, decides, injects.
 - :mod:`~supervisor.chaos.injector` — how each fault is injected (signals, views, disks, HTTP).
 - :mod:`~supervisor.chaos.views` — view digests, and the drift and lie faults that change views.

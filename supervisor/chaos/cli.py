@@ -140,6 +140,10 @@ def _finish(args: argparse.Namespace, result: Any) -> None:
                     "workdir": str(result.workdir),
                     "agent_exit": result.agent_exit,
                     "leftover_pids": list(result.leftover_pids),
+                    "leftovers": [
+                        {"pid": leftover.pid, "cmdline": leftover.cmdline}
+                        for leftover in result.leftovers
+                    ],
                     **result.counts,
                 }
             )

@@ -23,6 +23,7 @@ __all__ = [
     "FaultTarget",
     "FaultType",
     "Interface",
+    "Leftover",
     "Outcome",
     "RecoveryEvent",
     "RecoveryWhat",
@@ -190,6 +191,16 @@ class RefRead:
     read: Any = None
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """A process of the run still alive at its end (then killed)."""
+
+    #: Its pid.
+    pid: int
+    #: Its command line, arguments joined by spaces, sanitized and cut short.
+    cmdline: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class FaultTarget:
     """Where a fault aims; ``None`` means any."""
@@ -235,8 +246,10 @@ class RunEvent(Event):
     epoch: float | None = None
     #: End: the agent's exit status (``None``: none, or still running when stopped).
     agent_exit: int | None = None
-    #: End: processes of the run still alive after stop.
+    #: End: processes of the run still alive after stop (then killed).
     leftover_pids: tuple[int, ...] | None = None
+    #: End: the same processes with their command lines (histories before these: none).
+    leftovers: tuple[Leftover, ...] = ()
     #: End: the run's length in seconds.
     duration: float | None = None
 

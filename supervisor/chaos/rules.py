@@ -468,7 +468,9 @@ def nothing_left_running(run: IndexedRun) -> Verdict:
         return found.verdict(CheckName.NOTHING_LEFT_RUNNING, "no run end recorded", Status.FAIL)
     pids = ends[-1].leftover_pids or ()
     if pids:
-        found.add(ends[-1], f"still running after stop: pids {', '.join(map(str, pids))}")
+        named = {leftover.pid: leftover.cmdline for leftover in ends[-1].leftovers}
+        listed = ", ".join(f"{pid} ({named[pid]})" if pid in named else str(pid) for pid in pids)
+        found.add(ends[-1], f"still running after stop: pids {listed}")
     summary = f"{len(pids)} processes left running"
     return found.verdict(CheckName.NOTHING_LEFT_RUNNING, summary)
 

@@ -7,7 +7,9 @@ inside; the runner injects the faults that need the supervisor gone (kill_superv
 temporary one unless given): ``AOTUI_SOCKET`` and ``AOTUI_HOME`` point there, so the agent's
 ``aotui exec``, Python client, ``aotui mcp`` and ``rpc.sock`` reach this desktop and no other.
 At the end every process of the run is stopped; any still alive is recorded as
-``leftover_pids`` (and then killed).
+``leftover_pids``, with its command line in ``leftovers``, and then killed. The runner is the
+run's child subreaper while it lasts (:mod:`~supervisor.chaos.reaper`): what an agent starts in a
+session of its own (``setsid``, a double fork) is found below the runner all the same.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import psutil
 
 from aotui.protocol.errors import AotuiError
+from aotui.supervisor.chaos.events import Leftover
 from aotui.supervisor.chaos.history import (
     CommandEvent,
     EventKind,
@@ -39,6 +42,7 @@ from aotui.supervisor.chaos.history import (
 )
 from aotui.supervisor.chaos.nemesis import CHAOS_ENV, ChaosSetup
 from aotui.supervisor.chaos.plan import TIMED, FaultSpec, Plan
+from aotui.supervisor.chaos.reaper import Subreaper
 from aotui.supervisor.interface.launch import DesktopLaunch, LaunchedDesktop, spawn_desktop
 
 __all__ = ["DESKTOP", "ChaosRun", "RunResult"]
@@ -67,10 +71,15 @@ class RunResult:
     workdir: Path
     #: The agent's exit status (None: none, or stopped while running).
     agent_exit: int | None
-    #: Processes of the run alive after stop.
-    leftover_pids: tuple[int, ...]
+    #: Processes of the run alive after stop (then killed), with their command lines.
+    leftovers: tuple[Leftover, ...]
     #: Counts by history kind (``command``, ``fault``…).
     counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def leftover_pids(self) -> tuple[int, ...]:
+        """The pids of :attr:`leftovers`."""
+        return tuple(leftover.pid for leftover in self.leftovers)
 
     def summary(self) -> str:
         """One line: commands, faults injected, recoveries, errors, leftovers."""
@@ -108,6 +117,9 @@ class ChaosRun:
         self.supervisors: list[LaunchedDesktop] = []
         self.seen: set[int] = set()  # every pid of the run we ever saw
         self.mounted: Path | None = None
+        self.reaper = Subreaper()
+        self._agent: subprocess.Popen[bytes] | None = None
+        self._reaped_at = 0.0
 
     # --- the environment ------------------------------------------------------------------------
 
@@ -256,7 +268,8 @@ class ChaosRun:
                 )
 
     def _alive(self) -> list[int]:
-        """Processes of the run still alive: those we saw, and any whose environment is ours."""
+        """Processes of the run still alive that the subreaper may not hold: those we saw, and
+        any whose environment is ours (without a subreaper, orphans went to init)."""
         alive = {pid for pid in self.seen if _running(pid)}
         marker = str(self.runtime)
         for process in psutil.process_iter():
@@ -264,6 +277,19 @@ class ChaosRun:
                 if process.pid != os.getpid() and process.environ().get("AOTUI_SOCKET") == marker:
                     alive.add(process.pid)
         return sorted(alive)
+
+    def _popen_pids(self) -> set[int]:
+        """Children a ``Popen`` of ours waits for: the subreaper leaves their exits alone."""
+        pids = {supervisor.pid for supervisor in self.supervisors}
+        if self._agent is not None:
+            pids.add(self._agent.pid)
+        return pids
+
+    def _reap(self) -> None:
+        """Now and then, collect the exits of orphans the run handed to the runner."""
+        if time.monotonic() - self._reaped_at >= 0.5:
+            self._reaped_at = time.monotonic()
+            self.reaper.reap(self._popen_pids())
 
     # --- the run --------------------------------------------------------------------------------
 
@@ -284,30 +310,30 @@ class ChaosRun:
         )
         agent_exit: int | None = None
         started = time.monotonic()
-        try:
-            self._start_supervisor(writer)
-            self._remember_pids()
-            agent_exit = self._drive(writer, started)
-        finally:
-            self._remember_pids()
-            self._stop_supervisor()
-            time.sleep(0.2)  # what the supervisor killed last is reaped by now
-            leftover = self._alive()
-            for pid in leftover:  # recorded first, then stopped: a run leaves nothing behind
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            writer.append(
-                EventKind.RUN,
-                phase="end",
-                agent_exit=agent_exit,
-                leftover_pids=leftover,
-                duration=round(time.monotonic() - started, 3),
-            )
-            writer.close()
-            if self.mounted is not None:
-                subprocess.run(["umount", "-l", str(self.mounted)], capture_output=True)
+        with self.reaper:
+            try:
+                self._start_supervisor(writer)
+                self._remember_pids()
+                agent_exit = self._drive(writer, started)
+            finally:
+                self._remember_pids()
+                self._stop_supervisor()
+                time.sleep(0.2)  # what the supervisor killed last is reaped by now
+                # Recorded first, then stopped: a run leaves nothing behind.
+                leftovers = self.reaper.end_all(self._popen_pids(), also=self._alive())
+                writer.append(
+                    EventKind.RUN,
+                    phase="end",
+                    agent_exit=agent_exit,
+                    leftover_pids=[leftover.pid for leftover in leftovers],
+                    leftovers=leftovers,
+                    duration=round(time.monotonic() - started, 3),
+                )
+                writer.close()
+                if self.mounted is not None:
+                    subprocess.run(["umount", "-l", str(self.mounted)], capture_output=True)
         return RunResult(
-            self.history, self.workdir, agent_exit, tuple(leftover), _counts(self.history)
+            self.history, self.workdir, agent_exit, tuple(leftovers), _counts(self.history)
         )
 
     def _drive(self, writer: HistoryWriter, started: float) -> int | None:
@@ -321,6 +347,7 @@ class ChaosRun:
             process = subprocess.Popen(
                 self.agent, env=self.env(), start_new_session=True, stdin=subprocess.DEVNULL
             )
+            self._agent = process
             self.seen.add(process.pid)
         else:
             agent = self.agent
@@ -341,6 +368,7 @@ class ChaosRun:
                     self._kill_supervisor(writer, f"{spec.fault_id}.{count}", spec)
                 except AotuiError:
                     break  # the desktop did not come back (recorded): the run ends here
+            self._reap()
             time.sleep(0.05)
         if process is not None:  # the duration is over: the agent is stopped
             with contextlib.suppress(ProcessLookupError):
