@@ -445,6 +445,20 @@ def test_a_crash_in_a_private_directory_names_the_apps_real_file(
     assert "/proc/self/fd/" not in logs
 
 
+def test_a_crash_report_read_after_the_exit_is_heard_is_still_logged(start_desktop: Start) -> None:
+    """The worker's exit is heard while its report is unread (a burst of log lines before it holds
+    its channel for the rest of the second): the channel is read to the end before it is closed."""
+    desktop = start_desktop(["lastwords"])
+    client = desktop.client
+    with pytest.raises(AotuiError) as refused:
+        client.execute("<context>open --application app_0</context>")
+    assert refused.value.code is ErrorCode.E_APP_ERROR
+    assert rows(client)["app_0"]["state"] == "failed"
+    logs = system_logs(client)
+    assert "LastWords: ValueError: the settings are corrupt" in logs
+    assert "broke the channel protocol" not in logs  # its start error reply, read late, is not
+
+
 def test_a_crash_at_import_is_reported_and_stays_failed(start_desktop: Start) -> None:
     desktop = start_desktop(["brokenimport"], name="crashy-import")
     client = desktop.client

@@ -103,6 +103,9 @@ LOG_DROPS_PER_S = 500
 #: is a violation (killed within its command's 5 s deadline, named, rather than left to time out
 #: behind its own lines).
 LOG_FLOOD_S = 3
+#: Seconds a worker that ended is given for its channel to be read to the end (its last log
+#: lines: a crash report): past a second of log-budget wait, with room for a loaded machine.
+LAST_WORDS_S = 2.0
 #: Largest log record frame: the SDK cuts a line at 2,000 characters (8 KB of UTF-8), so a bigger
 #: one was built by hand; its bytes would be received and decoded ten times a second, unshown.
 MAX_LOG_FRAME = 64 << 10
@@ -172,6 +175,12 @@ class WorkerHandle:
         #: …or were over the snapshot budget.
         self.reported_over_budget = False
         self._monitor: zmq.asyncio.Socket | None = None
+        #: Set when the worker's end of the channel is gone (every frame it sent is ours).
+        self._gone = asyncio.Event()
+        #: The reader's receive in progress: not done while it waits on an empty channel.
+        self._receiving: asyncio.Future[bytes] | None = None
+        #: Set once the worker ended: only its log lines are still read.
+        self._ending = False
         self._watcher: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -192,6 +201,7 @@ class WorkerHandle:
                 await self._monitor.recv_multipart()
             except (zmq.ZMQError, asyncio.CancelledError):
                 return
+            self._gone.set()
             # A worker that ended drops its end too: its exit is reported (and this handle
             # closed) well within the grace period, and only a live worker is a violator.
             await asyncio.sleep(DISCONNECT_GRACE_S)
@@ -304,7 +314,8 @@ class WorkerHandle:
                 self.on_violation(self, AotuiError(ErrorCode.E_INVALID_CMD, flood))
                 return
             try:
-                frame = await self.sock.recv(copy=True)
+                self._receiving = asyncio.ensure_future(self.sock.recv(copy=True))
+                frame = await self._receiving
             except (zmq.ZMQError, asyncio.CancelledError):
                 return
             in_a_row += 1
@@ -352,6 +363,8 @@ class WorkerHandle:
 
     def _dispatch(self, message: Message) -> None:
         """Route one frame; anything a worker may not send is a violation (raises)."""
+        if self._ending and not isinstance(message, LogRecord):
+            return  # the rest of what a worker that ended said no longer matters
         if isinstance(message, Ack | AppState | ErrorReply):
             if (
                 message.request_id == 0
@@ -384,6 +397,28 @@ class WorkerHandle:
                 f"a log record of {self.last_frame_bytes} bytes (at most {MAX_LOG_FRAME})"
             )
         self.on_message(self, message)
+
+    async def read_last_words(self, timeout_s: float = LAST_WORDS_S) -> None:
+        """Read, before closing, the log lines a worker that ended sent before it went.
+
+        Its exit can be heard while its last frames are still unread (a crash report behind a
+        burst of log lines, or a loaded machine): they are all ours once its end of the
+        connection is gone, and the reader takes them (within its budgets) until it waits on an
+        empty channel. Only log lines go on from here.
+        """
+        reader = self._reader
+        if self.closed or reader is None or reader.done():
+            return
+        self._ending = True
+        deadline = time.monotonic() + timeout_s
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._gone.wait(), timeout_s)
+        while not reader.done() and time.monotonic() < deadline:
+            receiving = self._receiving
+            idle = receiving is not None and not receiving.done()
+            if idle and not int(self.sock.get(zmq.EVENTS)) & zmq.POLLIN:
+                return
+            await asyncio.sleep(0.005)
 
     async def close(self) -> None:
         """Stop reading and close the socket; pending requests fail."""

@@ -287,6 +287,9 @@ class AppLifecycle:
 
     async def discard(self, app: AppRecord) -> None:
         """Detach and close ``app``'s worker (killed if still alive) and release its leases."""
+        ended = app.worker
+        if ended is not None and ended.pid is not None and ended.pid not in self.launcher.pids:
+            await ended.read_last_words()  # its exit may be heard before its crash report
         worker = app.detach()
         if worker is None:
             self.leases.release(app)
