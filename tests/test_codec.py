@@ -294,9 +294,9 @@ def test_oversized_frame_is_refused_before_unpacking(monkeypatch: pytest.MonkeyP
         raise AssertionError("unpacked an oversized frame")
 
     monkeypatch.setattr(msgpack, "unpackb", unpackb)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded machine's waits are not the codec's
     error = refused(b"\xc0" * (4 * 1024 * 1024 + 1), "frame_too_large")
-    assert time.perf_counter() - started < 0.05
+    assert time.process_time() - started < 0.05
     assert "max_frame_bytes" in error.message
     refused(b"\xc0" * 101, "frame_too_large", Codec(max_frame_bytes=100))
 
@@ -546,11 +546,11 @@ def test_bomb_fails_fast_with_bounded_memory(bomb: str, prefix: bytes) -> None:
         assert isinstance(decode(raw), Reply)
         return
     tracemalloc.start()
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded machine's waits are not the codec's
     try:
         with pytest.raises(AotuiError) as caught:
             decode(raw)
-        elapsed = time.perf_counter() - started
+        elapsed = time.process_time() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -638,7 +638,8 @@ def test_a_slow_server_times_out_quickly(serve: Callable[..., LoopbackServer]) -
         lambda: fetch(HttpRequest("GET", url), local_policy(timeout_s=0.5), dns),
         ErrorCode.E_TIMEOUT,
     )
-    assert time.monotonic() - started < 0.9
+    # The 0.5 s deadline, with room for a loaded machine; the wait it replaced took 3 s or more.
+    assert time.monotonic() - started < 2.5
 
 
 def test_a_dripping_server_is_cut_at_the_total_deadline(
@@ -663,7 +664,8 @@ def test_a_dripping_server_is_cut_at_the_total_deadline(
         lambda: fetch(HttpRequest("GET", url), local_policy(timeout_s=0.5), dns),
         ErrorCode.E_TIMEOUT,
     )
-    assert time.monotonic() - started < 0.9
+    # The 0.5 s deadline, with room for a loaded machine; the wait it replaced took 3 s or more.
+    assert time.monotonic() - started < 2.5
 
 
 def test_the_deadline_spans_every_redirect(serve: Callable[..., LoopbackServer]) -> None:
@@ -679,7 +681,8 @@ def test_the_deadline_spans_every_redirect(serve: Callable[..., LoopbackServer])
         lambda: fetch(HttpRequest("GET", url), local_policy(timeout_s=0.5), dns),
         ErrorCode.E_TIMEOUT,
     )
-    assert time.monotonic() - started < 0.9
+    # The 0.5 s deadline, with room for a loaded machine; the wait it replaced took 3 s or more.
+    assert time.monotonic() - started < 2.5
     assert len(server.seen) <= 3
 
 
