@@ -421,4 +421,5 @@ def _reader(connection: _Connection, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "session": params.get("session") or own,
         "token": params.get("token") or connection.token,
+        "peer": connection.session,  # whose budget the sessions it pulls are (sessions.py)
     }

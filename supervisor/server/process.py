@@ -253,7 +253,9 @@ class Supervisor:
                     ErrorCode.E_INVALID_CMD,
                     f"unknown method {request.method!r}; known: {', '.join(sorted(self.methods))}",
                 )
-            reply: Reply | ErrorReply = Reply(request_id, await method(dict(request.params)))
+            # The connection asking, which no request can name for itself (sessions' budgets).
+            params = {**request.params, "peer": f"control:{identity.hex()}"}
+            reply: Reply | ErrorReply = Reply(request_id, await method(params))
         except AotuiError as exc:
             reply = ErrorReply(request_id, exc.code.value, exc.message, exc.data)
         except Exception as exc:  # noqa: BLE001 - a bug of ours: logged, answered E_INTERNAL
@@ -325,9 +327,12 @@ class Supervisor:
         session = self._session(params)
         snapshot_id, snap = self.desktop.snapshot(PullOptions.from_params(params))
         if session is not None:
-            held = self.sessions.pulled(session, snapshot_id)
-            if held is not None and held != previous:
-                self.desktop.registry.discard(held)
+            # Charged to the client that pulled (its connection): past its budget its own
+            # oldest sessions go, never another client's (server/sessions.py).
+            peer = params.get("peer")
+            for held in self.sessions.pulled(session, snapshot_id, str(peer or "")):
+                if held != previous:
+                    self.desktop.registry.discard(held)
         result: dict[str, Any] = {"snapshot_id": snapshot_id, "markdown": snap.markdown}
         if params.get("include_meta"):
             result["meta"] = self._meta(snapshot_id, session)
@@ -403,13 +408,21 @@ class Supervisor:
             commands = parse_commands(_text(params, "text"))
         snapshot_id = requested_id or commands[0].snapshot_id
         session = self._session(params)
-        if snapshot_id is None and session is not None:
+        from_session = snapshot_id is None and session is not None
+        if from_session and session is not None:
             # Never another reader's pull (CONTRACT §6); a session that pulled nothing yet
-            # resolves against the views as they are now.
+            # resolves against the views as they are now, one whose pull is gone nowhere.
             snapshot_id = self.sessions.last(session)
+            if snapshot_id is None and self.sessions.lost(session):
+                raise _session_expired(session, None)
         refs: RefTable | None = None
         if isinstance(snapshot_id, str):
-            refs = self.desktop.registry.get(snapshot_id)
+            try:
+                refs = self.desktop.registry.get(snapshot_id)
+            except AotuiError as exc:
+                if from_session and session is not None and exc.code is ErrorCode.E_STALE_STATE:
+                    raise _session_expired(session, snapshot_id) from None
+                raise
         elif session is None and self.desktop.registry.latest is not None:
             with contextlib.suppress(AotuiError):
                 refs = self.desktop.registry.get(self.desktop.registry.latest)
@@ -632,6 +645,24 @@ def _optional_text(params: dict[str, Any], name: str) -> str | None:
 def _token(params: dict[str, Any]) -> str | None:
     """The input-lease token a request presents (CONTRACT §6), if any."""
     return _optional_text(params, "token")
+
+
+def _session_expired(session: str, snapshot_id: str | None) -> AotuiError:
+    """``E_STALE_STATE`` for a session whose snapshot is gone: nothing ran, nothing resolved."""
+    which = f"snapshot {snapshot_id}" if snapshot_id else "snapshot"
+    why = (
+        "was forgotten: the desktop keeps a bounded number of sessions"
+        if snapshot_id is None
+        else "is unknown or expired"
+    )
+    name = "this connection's session" if session.startswith("#") else session
+    return AotuiError(
+        ErrorCode.E_STALE_STATE,
+        f"session {name!r}'s {which} expired ({which} {why}); its refs were not resolved and "
+        f"nothing ran. Pull a new snapshot (aotui snapshot --session NAME) and send the "
+        f"command again with refs from it.",
+        {"session": session[:128], "snapshot_id": snapshot_id, "outcome": "not applied"},
+    )
 
 
 def _describe(command: Command) -> str:
