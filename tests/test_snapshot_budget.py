@@ -18,7 +18,12 @@ import pytest
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.snapshot import Block, Snapshot, compose
 from aotui.supervisor.desktop.snapshot_budget import fit_budget, shorten_lists
-from aotui.supervisor.desktop.snapshot_diff import FoldBudget, SeenBlocks, fold_unchanged
+from aotui.supervisor.desktop.snapshot_diff import (
+    FoldBudget,
+    SeenBlocks,
+    apply_fold,
+    fold_unchanged,
+)
 from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.tokens import estimate_tokens
 from aotui.supervisor.interface.client import Client
@@ -105,6 +110,10 @@ def test_a_diff_sends_what_changed_and_its_refs_resolve_everywhere(chat: Running
     # The page scrolled by one: its items fold, saying where their refs are now.
     assert f"message_history[1]–[49] in {base} are [0]–[48] now" in changed
     assert "Message number 60" not in changed
+    # Exact: the view as it is now is its base plus the diff, byte for byte.
+    base_view, now_view = view_block(full, user), view_block(chat.new_client().snapshot(), user)
+    assert base_view is not None
+    assert apply_fold(base_view, changed) == now_view
     assert len(diff) * 10 <= len(full), (len(diff), len(full))  # ≤ 10 % at 100 messages
     enc = cl100k()
     tokens = len(enc.encode(diff)) / len(enc.encode(full))  # type: ignore[attr-defined]
@@ -356,9 +365,10 @@ def test_folding_maps_moved_refs_and_keeps_changed_lines() -> None:
     now = "## Chat\n" + "\n".join(moved) + "\n#### Operations"
     folded = fold_unchanged(base, now, "T3")
     assert folded is not None
-    assert "… 2 lines gone …" in folded
+    assert "… 3 lines gone …\n## Chat" in folded  # a 1-line run is sent, after what it replaces
     assert "history[1]–[4] in T3 are [0]–[3] now" in folded
     assert "5. [m5](message:history[4])" in folded
+    assert apply_fold(base, folded) == now
     assert fold_unchanged("a\nb", "c\nd", "T3") is None  # nothing to fold: sent whole
 
 
