@@ -2,7 +2,9 @@
 
 ``$XDG_RUNTIME_DIR/aotui/`` or, without it, ``/tmp/aotui-$UID/``: a 0700 directory owned by the
 user and not a symlink (checked, so another user cannot plant one in ``/tmp``). ``--socket`` or
-``AOTUI_SOCKET`` overrides the base directory. Each desktop gets ``<base>/<desktop>/`` holding
+``AOTUI_SOCKET`` overrides the base directory: one that exists may be shared (``/tmp``), so its
+mode is never changed; it is refused only when another user could replace what is made in it.
+Each desktop gets ``<base>/<desktop>/`` (0700, the user's own, not a symlink) holding
 ``control.sock`` (client requests), ``signals.sock`` (PUB), ``rpc.sock`` (JSON-RPC 2.0),
 ``workers/`` (one channel per worker), ``supervisor.pid`` and ``supervisor.log``.
 
@@ -34,6 +36,7 @@ __all__ = [
     "data_home",
     "is_listening",
     "secure_dir",
+    "shared_dir",
     "store_path",
     "unix_address",
 ]
@@ -118,21 +121,68 @@ def secure_dir(path: Path) -> Path:
             ErrorCode.E_PERMISSION, f"{path} is a symlink or not a directory; refusing"
         )
     if info.st_uid != os.getuid():
-        raise AotuiError(ErrorCode.E_PERMISSION, f"{path} belongs to uid {info.st_uid}; refusing")
+        raise AotuiError(
+            ErrorCode.E_PERMISSION,
+            f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.getuid()}); "
+            "refusing to put a desktop's sockets there: remove it or choose another --socket",
+        )
     if info.st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
 
 
-def base_dir(override: str | None = None) -> Path:
-    """The base runtime directory: ``override``, ``AOTUI_SOCKET``, XDG, or ``/tmp/aotui-UID``."""
-    chosen = override or os.environ.get("AOTUI_SOCKET")
-    if chosen:
-        return Path(chosen)
+def shared_dir(path: Path) -> Path:
+    """Create ``path`` as a 0700 directory, or check an existing one, which may be shared
+    (``--socket /tmp``) and keeps its mode, cannot be made to lose what is made in it.
+
+    A directory owned by another user (root aside), or writable by others without the sticky
+    bit, lets them rename the desktop's directory away and put their own in its place.
+    """
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise AotuiError(
+            ErrorCode.E_INTERNAL, f"cannot create runtime directory {path}: {exc}"
+        ) from exc
+    else:
+        return secure_dir(path)  # made just now: ours
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        raise AotuiError(
+            ErrorCode.E_INTERNAL, f"cannot read runtime directory {path}: {exc}"
+        ) from exc
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise AotuiError(
+            ErrorCode.E_PERMISSION, f"{path} is a symlink or not a directory; refusing"
+        )
+    if info.st_uid not in (os.getuid(), 0):
+        why = f"belongs to uid {info.st_uid}, who"
+    elif info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        why = "is writable by others and not sticky (chmod +t), so they"
+    else:
+        return path
+    raise AotuiError(
+        ErrorCode.E_PERMISSION,
+        f"{path} {why} could replace a desktop's directory in it; refusing: choose a directory "
+        "of your own for --socket (or leave it out)",
+    )
+
+
+def _default_base() -> Path:
+    """aotui's own base runtime directory: XDG's ``aotui``, else ``/tmp/aotui-UID``."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg:
         return Path(xdg) / "aotui"
     return Path(f"/tmp/aotui-{os.getuid()}")
+
+
+def base_dir(override: str | None = None) -> Path:
+    """The base runtime directory: ``override``, ``AOTUI_SOCKET``, XDG, or ``/tmp/aotui-UID``."""
+    chosen = override or os.environ.get("AOTUI_SOCKET")
+    return Path(chosen) if chosen else _default_base()
 
 
 def data_home() -> Path:
@@ -171,8 +221,13 @@ class DesktopPaths(NamedTuple):
         return cls(base_dir(override) / desktop)
 
     def create(self) -> DesktopPaths:
-        """Create the directories with safe permissions."""
-        secure_dir(self.root.parent)
+        """Create the directories with safe permissions; a base given by ``--socket`` that
+        exists keeps its mode (:func:`shared_dir`)."""
+        base = self.root.parent
+        if base == _default_base():
+            secure_dir(base)
+        else:
+            shared_dir(base)
         secure_dir(self.root)
         secure_dir(self.workers)
         return self

@@ -214,3 +214,54 @@ def test_up_fresh_keeps_the_old_store(tmp_path: Path, private_home: Path) -> Non
     status = json.loads(aotui("status", "--json", *where).stdout)
     assert status["apps"][0]["state"] == "not running"  # started empty, not restored
     assert aotui("down", *where).returncode == 0
+
+
+def test_up_in_a_shared_socket_directory_keeps_its_mode(tmp_path: Path) -> None:
+    # A 1777 directory like /tmp: `--socket` there must not make it 0700 (as root, `--socket
+    # /tmp` would lock every user out of /tmp); the desktop gets a 0700 directory of its own.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    config = tmp_path / "d.toml"
+    config.write_text(f'apps = ["{TEST_APPS / "echo"}"]\n')
+    where = ["--socket", str(shared), "--desktop", "mine"]
+    up = aotui("up", "--detach", "--config", str(config), *where)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert aotui("exec", "<context>open --application app_0</context>", *where).returncode == 0
+        assert json.loads(aotui("status", "--json", *where).stdout)["apps"][0]["state"] == "running"
+        assert oct(shared.stat().st_mode & 0o7777) == oct(0o1777)
+        own = shared / "mine"
+        assert (own.stat().st_uid, oct(own.stat().st_mode & 0o7777)) == (os.getuid(), oct(0o700))
+    finally:
+        assert aotui("down", *where).returncode in (0, 69)
+    assert oct(shared.stat().st_mode & 0o7777) == oct(0o1777)
+
+
+def test_up_refuses_a_socket_directory_others_could_swap(tmp_path: Path) -> None:
+    # Writable by others without the sticky bit: they could rename the desktop's directory away
+    # and put their own in its place. Refused, and its mode is left alone.
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    up = aotui("up", "--detach", "--socket", str(open_dir), "--desktop", "mine")
+    assert up.returncode == 77, up.stderr
+    assert f"{open_dir} is writable by others and not sticky" in up.stderr
+    assert oct(open_dir.stat().st_mode & 0o7777) == oct(0o777)
+    assert not (open_dir / "mine").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a directory to another uid")
+def test_up_refuses_a_desktop_directory_of_another_uid(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = shared / "mine"
+    planted.mkdir()
+    planted.chmod(0o777)
+    os.chown(planted, 65534, 65534)  # nobody got there first
+    up = aotui("up", "--detach", "--socket", str(shared), "--desktop", "mine")
+    assert up.returncode == 77, up.stderr
+    assert f"{planted} belongs to uid 65534, not to this user" in up.stderr
+    assert (planted.stat().st_uid, oct(planted.stat().st_mode & 0o777)) == (65534, oct(0o777))
+    assert not list(planted.iterdir())
