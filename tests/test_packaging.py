@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -42,10 +43,17 @@ DISTRIBUTIONS = {
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Built from a copy of what the build reads: setuptools reuses the checkout's build/lib, so a
+    # file removed from the checkout would stay in a wheel built there (and two builds would race).
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    for room in {d.split("/")[0] for d in PYPROJECT["tool"]["setuptools"]["package-dir"].values()}:
+        shutil.copytree(ROOT / room, source / room, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--quiet", "--wheel-dir", str(out), str(ROOT)],
+         "--quiet", "--wheel-dir", str(out), str(source)],
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "PIP_NO_INDEX": "1"},
     )  # fmt: skip
@@ -102,8 +110,10 @@ def test_runtime_dependencies_are_what_runtime_code_imports() -> None:
     assert declared == {DISTRIBUTIONS[name] for name in imported}
 
 
-def test_installed_wheel_runs_the_demo(wheel: Path, tmp_path: Path) -> None:
-    target = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv holding the wheel; its ``bin`` directory."""
+    target = tmp_path_factory.mktemp("installed") / "venv"
     venv.EnvBuilder(with_pip=False).create(target)
     python = target / "bin" / "python"
     # The dependencies from this environment, without its editable aotui (a .pth in a path
@@ -124,12 +134,68 @@ def test_installed_wheel_runs_the_demo(wheel: Path, tmp_path: Path) -> None:
         [python, "-c", "import aotui.supervisor as s; print(s.__file__)"], text=True
     )
     assert where.startswith(str(site)), f"aotui came from {where}, not the wheel"
+    return target / "bin"
+
+
+def test_installed_wheel_runs_the_demo(installed: Path, tmp_path: Path) -> None:
     runtime = tmp_path / "run"
     env = {**os.environ, "AOTUI_HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(runtime)}
     runtime.mkdir(mode=0o700)
     demo = subprocess.run(
-        [target / "bin" / "aotui", "demo"],
+        [installed / "aotui", "demo"],
         capture_output=True, text=True, timeout=120, check=False, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "demo finished: every command was answered." in demo.stdout
+
+
+#: An app with one deliberate type error: ``add`` takes an ``int``.
+TYPED_APP = """\
+from typing import Any
+
+from aotui.sandbox import App, View, operation
+
+
+class Counter(View["CounterApp"]):
+    template = '<section view="Counter"><p>{{ app.count }}</p>{{ view.buttons() }}</section>'
+
+    @operation
+    def add(self, by: int) -> None:
+        self.app.count += by
+
+
+class CounterApp(App):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.root = Counter("root")
+
+    def roots(self) -> list[View[Any]]:
+        return [self.root]
+
+
+app = CounterApp()
+app.root.add("two")
+"""
+
+
+def test_an_app_type_checks_against_the_installed_wheel(
+    wheel: Path, installed: Path, tmp_path: Path
+) -> None:
+    # PEP 561: without the marker mypy skips the installed package ("missing library stubs or
+    # py.typed marker"), every SDK name is Any and the app's error goes unseen.
+    assert "aotui/py.typed" in zipfile.ZipFile(wheel).namelist()
+    (tmp_path / "counter.py").write_text(TYPED_APP)
+    mypy = Path(sys.executable).parent / "mypy"
+    check = subprocess.run(
+        [mypy, "--strict", "--no-incremental", "--python-executable", installed / "python",
+         "--config-file", os.devnull, "counter.py"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": ""},
+    )  # fmt: skip
+    assert "py.typed" not in check.stdout, check.stdout
+    errors = [line for line in check.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1, check.stdout
+    line = TYPED_APP.splitlines().index('app.root.add("two")') + 1
+    assert errors[0].startswith(f'counter.py:{line}: error: Argument 1 to "add" of "Counter"')
+    assert errors[0].endswith("[arg-type]"), errors[0]
