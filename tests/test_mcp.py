@@ -1,10 +1,9 @@
-"""``aotui mcp`` driven by the MCP SDK's own client, over stdio and streamable HTTP."""
+"""``aotui mcp`` driven by the MCP SDK's own client over stdio (HTTP: tests/test_mcp_http.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,6 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from pydantic import AnyUrl
 
 from tests.conftest import RunningDesktop
@@ -124,60 +122,6 @@ def test_over_stdio(start_desktop: Start, tmp_path: Path) -> None:
     assert "Traceback" not in errors.read_text()  # it ended cleanly with its client
     # The session ended: its lease went with it.
     assert desktop.client.status()["lease_owner"] is None
-
-
-@pytest.mark.timeout(90)
-def test_over_streamable_http(start_desktop: Start) -> None:
-    desktop = start_desktop(["echo"])
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aotui.supervisor", "mcp", "--http", "127.0.0.1:0", *where(desktop)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        assert "serving http://127.0.0.1:" in line, line
-        url = line.split("serving ", 1)[1].strip()
-        updates: list[str] = []
-
-        async def main() -> None:
-            async with (
-                streamable_http_client(url) as (read, write, _),
-                ClientSession(read, write, message_handler=collector(updates)) as session,
-            ):
-                await exercise(session, desktop, updates)
-
-        anyio.run(main)
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-        if process.stderr is not None:
-            process.stderr.close()
-
-
-@pytest.mark.timeout(60)
-def test_http_only_on_loopback(start_desktop: Start) -> None:
-    desktop = start_desktop(["echo"])
-    refused = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aotui.supervisor",
-            "mcp",
-            "--http",
-            "0.0.0.0:8080",
-            *where(desktop),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert refused.returncode == 64
-    assert "loopback" in refused.stderr
 
 
 @pytest.mark.timeout(90)

@@ -15,9 +15,10 @@
 - :mod:`~supervisor.interface.waits` — ``wait_for``: until a signal, a text, or quiet.
 - :mod:`~supervisor.interface.state_transfer` — ``export`` / ``import`` of a desktop's state;
   :mod:`~supervisor.interface.plain_data` — what such a state may hold, checked without recursion.
-- :mod:`~supervisor.interface.mcp_server` — ``aotui mcp`` (stdio or streamable HTTP), on the
-  official MCP SDK, imported by that command only; :mod:`~supervisor.interface.operation_tools`
-  — its per-operation tools.
+- :mod:`~supervisor.interface.mcp_server` — ``aotui mcp`` (stdio), on the official MCP SDK,
+  imported by that command only; :mod:`~supervisor.interface.mcp_http` — the same over
+  streamable HTTP, behind a bearer token and Host/Origin checks;
+  :mod:`~supervisor.interface.operation_tools` — its per-operation tools.
 
 Arrows point one way: these modules use the
 supervisor; nothing in the supervisor imports them.

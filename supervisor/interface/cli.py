@@ -492,22 +492,20 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     """Serve the desktop as an MCP server: stdio, or streamable HTTP with --http HOST:PORT."""
     import anyio  # the MCP SDK is imported here only: other commands do not pay for it
 
-    from aotui.supervisor.interface.mcp_server import serve_http, serve_stdio
+    from aotui.supervisor.interface.mcp_server import serve_stdio
 
+    address = None
+    if args.http is not None:
+        from aotui.supervisor.interface.mcp_http import parse_address, serve_http
+
+        address = parse_address(args.http)
     with _client(args, timeout_s=5) as client:
         client.ping()  # fail at once, with exit 69, when no desktop answers
     per_operation = args.tools == "per-operation"
-    if args.http is None:
+    if address is None:
         anyio.run(serve_stdio, args.desktop, args.socket, per_operation)
         return 0
-    host, _, port = args.http.rpartition(":")
-    if host not in ("127.0.0.1", "localhost", "[::1]") or not port.isdigit():
-        raise AotuiError(
-            ErrorCode.E_INVALID_CMD,
-            f"--http takes a loopback address and port (127.0.0.1:PORT; 0 picks a free port), "
-            f"not {args.http!r}: the desktop is not served beyond this machine",
-        )
-    anyio.run(serve_http, args.desktop, args.socket, host.strip("[]"), int(port), per_operation)
+    anyio.run(serve_http, args.desktop, args.socket, address, per_operation)
     return 0
 
 
@@ -618,7 +616,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "release": (cmd_release, "give the input lease up"),
     "export": (cmd_export, "print the desktop's state as JSON"),
     "import": (cmd_import, "give the apps the data of an exported state (stdin or --file)"),
-    "mcp": (cmd_mcp, "serve the desktop as an MCP server (stdio, or --http 127.0.0.1:PORT)"),
+    "mcp": (cmd_mcp, "serve the desktop as an MCP server (stdio, or --http with a bearer token)"),
     "watch": (cmd_watch, "live snapshot, signals and log"),
     "logs": (cmd_logs, "an app's captured stdout/stderr; -f follows"),
     "demo": (cmd_demo, "a scripted agent session on the bundled apps"),
@@ -793,7 +791,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parsers[name].add_argument("name", nargs="?", help="the desktop (default: --desktop)")
     parsers["import"].add_argument("--file", help="the exported JSON (default: stdin)")
     parsers["mcp"].add_argument(
-        "--http", metavar="ADDR", help="streamable HTTP on 127.0.0.1:PORT instead of stdio"
+        "--http",
+        metavar="ADDR",
+        help="streamable HTTP on 127.0.0.1:PORT (0: a free port) or unix:PATH instead of stdio; "
+        "every request needs 'Authorization: Bearer TOKEN', the token in the file named on stderr",
     )
     parsers["mcp"].add_argument(
         "--tools",

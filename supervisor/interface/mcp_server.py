@@ -1,4 +1,4 @@
-"""``aotui mcp``: one desktop as an MCP server (stdio, or streamable HTTP on loopback).
+"""``aotui mcp``: one desktop as an MCP server (stdio; streamable HTTP in :mod:`.mcp_http`).
 
 Built on the official ``mcp`` SDK's low-level server. Tools ``snapshot``, ``exec``, ``execute``,
 ``wait`` and ``status``; resources ``aotui://NAME/snapshot`` and ``aotui://NAME/status``, with a
@@ -34,7 +34,7 @@ from aotui.supervisor.desktop.instructions import SYSTEM_INSTRUCTIONS
 from aotui.supervisor.interface.client import Client
 from aotui.supervisor.interface.operation_tools import OperationTool, operation_tools
 
-__all__ = ["DesktopMcp", "serve_http", "serve_stdio"]
+__all__ = ["DesktopMcp", "running", "serve_stdio"]
 
 _OBJECT = "object"
 TOOLS = [
@@ -365,7 +365,8 @@ def _pull_options(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _running(face: DesktopMcp) -> AsyncIterator[None]:
+async def running(face: DesktopMcp) -> AsyncIterator[None]:
+    """The desktop's signals followed while the server runs; every session's client closed after."""
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(face.follow_signals)
         try:
@@ -386,44 +387,5 @@ async def serve_stdio(desktop: str, socket_dir: str | None, per_operation: bool 
     stdout = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     with stdin, stdout:
         streams = stdio_server(anyio.wrap_file(stdin), anyio.wrap_file(stdout))
-        async with _running(face), streams as (read, write):
+        async with running(face), streams as (read, write):
             await face.server.run(read, write, face.options())
-
-
-async def serve_http(
-    desktop: str, socket_dir: str | None, host: str, port: int, per_operation: bool = False
-) -> None:
-    """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` (loopback only)."""
-    import uvicorn
-    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-    from starlette.applications import Starlette
-    from starlette.routing import Route
-
-    face = DesktopMcp(desktop, socket_dir, per_operation)
-    manager = StreamableHTTPSessionManager(app=face.server)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with _running(face), manager.run():
-            yield
-
-    class Endpoint:
-        """The session manager as a plain ASGI endpoint at ``/mcp`` (no redirect to ``/mcp/``)."""
-
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            await manager.handle_request(scope, receive, send)
-
-    app = Starlette(routes=[Route("/mcp", endpoint=Endpoint())], lifespan=lifespan)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-
-    async def announce() -> None:
-        while not server.started:
-            await anyio.sleep(0.02)
-        bound = server.servers[0].sockets[0].getsockname()
-        print(f"aotui mcp: serving http://{bound[0]}:{bound[1]}/mcp", file=sys.stderr, flush=True)
-
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(announce)
-        await server.serve()
-        tasks.cancel_scope.cancel()
