@@ -25,6 +25,7 @@ from aotui.protocol.messages import Ack
 from aotui.sandbox.render import RenderedView, render_view
 from aotui.sandbox.sdk import App, OperationCall, View
 from aotui.sandbox.worker import load_app
+from aotui.supervisor.interface.demo import with_demo_chat
 from aotui.supervisor.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -158,8 +159,40 @@ def test_operation_ids_are_unique_per_app(load: Loader, path: str) -> None:
 # --- system.chat -----------------------------------------------------------------------------
 
 
-def test_chat_send_reply_and_user_event(load: Loader) -> None:
+def with_demo_conversations(app: App) -> App:
+    """The chat given ``aotui demo``'s conversations, as its import gives them."""
+    app.restore(with_demo_chat(app.serialize()))
+    return app
+
+
+def test_a_new_chat_holds_only_the_empty_conversation_with_the_user(load: Loader) -> None:
     app = load(APPS / "system/chat")
+    mount(app)
+    assert unread(app) == {"User": "0"}
+    contacts = app.view("contacts")
+    assert contacts is not None
+    assert "No contacts yet." in render(contacts).markdown
+    data = app.serialize()
+    assert data == {"next_id": 1, "contacts": [], "conv:user": data["conv:user"]}
+    app.handle_event(OperationCall("user_message", {"text": "hello"}))
+    assert "msg:msg_1" in app.serialize()
+    assert_same_renders(app, round_trip(app, type(app)()))
+
+
+def test_chat_data_without_the_user_conversation_keeps_a_fresh_one(load: Loader) -> None:
+    app = load(APPS / "system/chat")
+    app.restore(with_demo_chat(None))  # what the demo imports into a chat that stored nothing
+    mount(app)
+    assert unread(app) == {"User": "0", "Johnny": "1", "TUI Tech Group": "2"}
+    app.handle_event(OperationCall("user_message", {"text": "still here"}))
+    assert unread(app)["User"] == "1"
+    contacts = app.view("contacts")
+    assert contacts is not None
+    assert "[Jane](user:contacts[1])" in render(contacts).markdown
+
+
+def test_chat_send_reply_and_user_event(load: Loader) -> None:
+    app = with_demo_conversations(load(APPS / "system/chat"))
     (navigation,) = mount(app)
     links = {link.key for link in render(navigation).links}
     assert links == {"conversations", "contacts"}
@@ -194,7 +227,7 @@ def unread(app: App) -> dict[str, str]:
 def test_chat_render_changes_no_state_and_mounting_marks_read(load: Loader) -> None:
     # Conversation.render() used to reset the unread count itself: what the Conversations view
     # showed depended on which view the worker happened to render first.
-    app = load(APPS / "system/chat")
+    app = with_demo_conversations(load(APPS / "system/chat"))
     mount(app)
     tui = app.view("conversation:tui")
     assert tui is not None

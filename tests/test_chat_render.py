@@ -11,6 +11,7 @@ import pytest
 
 from aotui.sandbox.render import render_view
 from aotui.sandbox.worker import load_app
+from aotui.supervisor.interface.demo import with_demo_chat
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,6 +27,7 @@ def chat() -> Iterator[Any]:
 
 def test_navigation_inputs_follow_the_unread_total(chat: Any) -> None:
     module, app = chat
+    app.restore(with_demo_chat(app.serialize()))  # conversations besides the user's
     navigation = app.add_view(app.roots()[0])  # as the worker registers its roots
     first, second = list(app.conversations)[:2]
     app.reading(first, True)  # the agent has this conversation open

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.interface.demo import import_demo_chat
 from tests.conftest import TEST_APPS, RunningDesktop, wait_for
 
 Start = Callable[..., RunningDesktop]
@@ -64,9 +65,34 @@ def test_open_execute_read_your_writes(start_desktop: Start) -> None:
     assert "execute bump: ok" in block
 
 
+def test_a_fresh_chat_shows_no_invented_conversations(start_desktop: Start) -> None:
+    # A new desktop's chat used to show "Johnny" and a "TUI Tech Group" with 2 unread before the
+    # user had said anything: demo data an agent took for real. Now it is the demo's alone.
+    desktop = start_desktop(["system/chat"])
+    client = desktop.client
+    block = app_block(client.snapshot(), "app_0")
+    assert "Unread Messages: 0" in block
+    conversations, contacts = view_id(block, "Conversations"), view_id(block, "Contacts")
+    client.execute(
+        f'<context app_id="app_0">mount --view {conversations}; mount --view {contacts}</context>'
+    )
+    text = client.snapshot()
+    block = app_block(text, "app_0")
+    assert f'<view id="{conversations}" name="Conversations">' in block
+    assert f'<view id="{contacts}" name="Contacts">' in block
+    for invented in ("Johnny", "TUI Tech Group", "Jane", "example.com"):
+        assert invented not in text
+    assert re.findall(r"^- \[(.*?)\]\(view:view_\d+\)\n    - Type", block, re.M) == ["User"]
+    assert re.findall(r"Unread Message Count: (\d+)", block) == ["0"]
+    assert "(no messages)" in block
+    assert "- [" not in block[block.index(f'<view id="{contacts}"') :]
+
+
 def test_seed_003_chat_flow(start_desktop: Start) -> None:
     desktop = start_desktop(["system/chat"])
     client = desktop.client
+    assert import_demo_chat(client)  # the conversations of seed 003, as `aotui demo` has them
+    assert not import_demo_chat(client)  # once
     text = client.snapshot()
     conversations = view_id(app_block(text, "app_0"), "Conversations")
     client.execute(f'<context app_id="app_0">mount --view {conversations}</context>')

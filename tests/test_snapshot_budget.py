@@ -27,6 +27,7 @@ from aotui.supervisor.desktop.snapshot_diff import (
 from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.tokens import estimate_tokens
 from aotui.supervisor.interface.client import Client
+from aotui.supervisor.interface.demo import import_demo_chat
 from tests.conftest import RunningDesktop
 from tests.rpc_peer import RpcPeer
 
@@ -76,8 +77,11 @@ def balanced(text: str) -> bool:
 
 @pytest.fixture
 def chat(start_desktop: Start) -> RunningDesktop:
-    """A desktop with the bundled chat (a system app: open from the start)."""
-    return start_desktop(["system/chat"])
+    """A desktop with the bundled chat (a system app: open from the start), given the
+    conversations ``aotui demo`` gives it (a new chat has only the user's)."""
+    desktop = start_desktop(["system/chat"])
+    import_demo_chat(desktop.client)
+    return desktop
 
 
 def cl100k() -> object:
@@ -123,7 +127,7 @@ def test_a_diff_sends_what_changed_and_its_refs_resolve_everywhere(chat: Running
     reply = f'<context app_id="{CHAT}" view_id="{johnny}">execute reply_message '
     client.execute(reply + '--message_to_be_replied message_history[0] --content "hi"</context>')
     # …and of the view it folded, at the index the diff says the item has now: the base's [1]
-    # ("Message number 51", msg_55: the chat's own messages are msg_1 to msg_3) is [0].
+    # ("Message number 51", msg_55: the demo's messages are msg_1 to msg_3) is [0].
     reply = f'<context app_id="{CHAT}" view_id="{user}">execute reply_message '
     client.execute(reply + '--message_to_be_replied message_history[0] --content "ok"</context>')
     after = client.snapshot()

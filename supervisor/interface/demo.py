@@ -3,6 +3,11 @@
 It starts a private desktop (its own runtime directory, so it never touches a desktop you run),
 then acts like an agent would: it reads each snapshot, finds the ids it needs in the text, and
 writes ``<context>`` commands. Every process it starts is stopped before it returns.
+
+A new desktop's chat holds only the (empty) conversation with the user: the demo's conversations
+are demo data, so the demo brings them itself, through the way any state reaches a desktop — it
+exports the chat's state, adds :data:`DEMO_CONVERSATIONS` and :data:`DEMO_CONTACTS` to it and
+imports it back (as ``aotui export`` / ``aotui import`` would), before the agent's first snapshot.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +25,65 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.interface.client import Client, DesktopUnavailable
 from aotui.supervisor.interface.launch import DesktopLaunch, launch_desktop
 
-__all__ = ["run_demo"]
+__all__ = ["DEMO_CONTACTS", "DEMO_CONVERSATIONS", "import_demo_chat", "run_demo", "with_demo_chat"]
 
 _RULE = "─" * 78
+#: The bundled chat's manifest id.
+CHAT = "system.chat"
+_DEMO_TIME = "2025-12-14 16:09:46"
+#: The chat's conversations the demo adds: id → (the conversation, its messages as (sender, text)).
+DEMO_CONVERSATIONS: dict[str, tuple[dict[str, str], tuple[tuple[str, str], ...]]] = {
+    "johnny": (
+        {"title": "Johnny", "type": "Private Chat", "email": "johnny@example.com"},
+        (("Johnny", "Hello"),),
+    ),
+    "tui": (
+        {
+            "title": "TUI Tech Group",
+            "type": "Group Chat",
+            "description": "Tech support group for TUI project.",
+        },
+        (("John", "Hello"), ("Jane", "Who own this project?")),
+    ),
+}
+#: The chat's contacts the demo adds.
+DEMO_CONTACTS = (
+    {"id": "johnny", "name": "Johnny", "email": "johnny@example.com"},
+    {"id": "jane", "name": "Jane", "email": "jane@example.com"},
+)
+
+
+def with_demo_chat(data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The chat's stored data with the demo's conversations (unread) and contacts added.
+
+    ``None``: a chat that has stored nothing yet (the chat keeps its conversation with the user).
+    """
+    added = dict(data or {})
+    next_id = int(added.get("next_id", 1))
+    for conv_id, (conversation, messages) in DEMO_CONVERSATIONS.items():
+        added[f"conv:{conv_id}"] = {**conversation, "unread": len(messages)}
+        for sender, text in messages:
+            message_id = f"msg_{next_id}"
+            added[f"msg:{message_id}"] = {
+                "conv": conv_id, "id": message_id, "sender": sender, "time": _DEMO_TIME,
+                "text": text,
+            }  # fmt: skip
+            next_id += 1
+    added["next_id"] = next_id
+    added["contacts"] = [*(added.get("contacts") or ()), *DEMO_CONTACTS]
+    return added
+
+
+def import_demo_chat(client: Client) -> bool:
+    """Give the desktop's chat the demo's conversations by export and import; False: it had them."""
+    state = client.export_state()
+    chat = next((app for app in state["apps"] if app["manifest_id"] == CHAT), None)
+    if chat is None:
+        raise AotuiError(ErrorCode.E_NOT_FOUND, f"the desktop has no chat ({CHAT}) to fill")
+    if all(f"conv:{conv_id}" in (chat["data"] or {}) for conv_id in DEMO_CONVERSATIONS):
+        return False  # a run before this one on the same desktop brought them
+    client.import_state({**state, "apps": [{**chat, "data": with_demo_chat(chat["data"])}]})
+    return True
 
 
 def _find(markdown: str, label: str, kind: str) -> str:
@@ -67,6 +128,9 @@ class Transcript:
 
 
 def _script(t: Transcript) -> None:
+    if import_demo_chat(t.client):
+        conversations = ", ".join(c[0]["title"] for c in DEMO_CONVERSATIONS.values())
+        t.show("demo data (aotui import)", f"the chat is given the conversations {conversations}")
     markdown = t.snapshot()
     chat = _find(markdown, "ChatWithUser", "application")
     thoughts = _find(markdown, "ThoughtRecorder", "application")

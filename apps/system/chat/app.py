@@ -1,5 +1,8 @@
 """ChatWithUser: the conversation between the agent and the user, plus contacts and groups.
 
+A new desktop's chat holds the conversation with the user only, empty; other conversations and
+contacts come from stored or imported data (``aotui demo`` imports some).
+
 Navigation → Conversations → one view per conversation (several can be mounted at once, each
 with its own ``message_history`` list and ``send_message`` / ``reply_message`` operations).
 The user's side posts into the "User" conversation with ``aotui say TEXT``. A conversation view
@@ -103,10 +106,11 @@ class Contacts(View["ChatApp"]):
     <li {{ view.item(c["id"], c) }}>{{ c["name"] }}<ul><li>Email: {{ c["email"] }}</li></ul></li>
   {%- endfor -%}
   </ul>
+  {% if not app.contacts %}<p>No contacts yet.</p>{% endif %}
 </section>"""
 
     def inputs(self) -> int:
-        return 0  # the contacts never change
+        return self.app.contacts_version  # the agent never changes them; an import may
 
 
 class Conversation(View["ChatApp"]):
@@ -220,8 +224,12 @@ class Conversation(View["ChatApp"]):
         )
 
 
-def _seed() -> dict[str, dict[str, Any]]:
-    then = "2025-12-14 16:09:46"
+def _fresh() -> dict[str, dict[str, Any]]:
+    """A new desktop's conversations: the one with the user, empty until they say something.
+
+    Nothing invented: an agent on a real desktop sees only what really happened. ``aotui demo``
+    imports its own conversations into its private desktop (``supervisor/interface/demo.py``).
+    """
     return {
         "user": {
             "title": "User",
@@ -229,24 +237,7 @@ def _seed() -> dict[str, dict[str, Any]]:
             "email": "the person you work for",
             "unread": 0,
             "messages": [],
-        },
-        "johnny": {
-            "title": "Johnny",
-            "type": "Private Chat",
-            "email": "johnny@example.com",
-            "unread": 1,
-            "messages": [{"id": "msg_1", "sender": "Johnny", "time": then, "text": "Hello"}],
-        },
-        "tui": {
-            "title": "TUI Tech Group",
-            "type": "Group Chat",
-            "unread": 2,
-            "description": "Tech support group for TUI project.",
-            "messages": [
-                {"id": "msg_2", "sender": "John", "time": then, "text": "Hello"},
-                {"id": "msg_3", "sender": "Jane", "time": then, "text": "Who own this project?"},
-            ],
-        },
+        }
     }
 
 
@@ -255,12 +246,12 @@ class ChatApp(App):
 
     def __init__(self) -> None:
         super().__init__()
-        self.conversations = _seed()
-        self.next_id = 4
-        self.contacts = [
-            {"id": "johnny", "name": "Johnny", "email": "johnny@example.com"},
-            {"id": "jane", "name": "Jane", "email": "jane@example.com"},
-        ]
+        self.conversations = _fresh()
+        self.next_id = 1
+        #: ``{"id", "name", "email"}`` each; none on a new desktop, an import brings them.
+        self.contacts: list[dict[str, str]] = []
+        #: Bumped when the contacts change (only a restore changes them).
+        self.contacts_version = 0
         self.navigation = Navigation("navigation")
         self.conversations_view = Conversations("conversations")
         self.contacts_view = Contacts("contacts")
@@ -389,7 +380,7 @@ class ChatApp(App):
     # the counter, so a message stores itself and its conversation's unread count only.
 
     def serialize(self) -> Any:
-        data: dict[str, Any] = {"next_id": self.next_id}
+        data: dict[str, Any] = {"next_id": self.next_id, "contacts": self.contacts}
         for conv_id in self.conversations:
             data[f"conv:{conv_id}"] = self.serialize_part(f"conv:{conv_id}")
             for message in self.conversations[conv_id]["messages"]:
@@ -417,22 +408,28 @@ class ChatApp(App):
             if page is None:
                 return None
             return {"conv": conv_id, "n": page[0], "count": page[1], "zlib": page[2]}
-        return self.next_id if part == "next_id" else None
+        return {"next_id": self.next_id, "contacts": self.contacts}.get(part)
 
     def restore(self, data: Any) -> None:
+        # The user's conversation is always there (the user's messages go to it), first; data
+        # that leaves it out (an import of other conversations only) keeps a fresh one.
+        self.conversations = _fresh()
         if "conversations" in data:  # stored before the data was keyed
-            self.conversations = data["conversations"]
+            self.conversations.update(data["conversations"])
         else:
-            self.conversations = {
-                key[5:]: {**conv, "messages": []}
+            self.conversations.update(
+                (key[5:], {**conv, "messages": []})
                 for key, conv in data.items()
                 if key.startswith("conv:")
-            }
+            )
             stored = [dict(v) for k, v in data.items() if k.startswith("msg:")]
             stored.sort(key=lambda message: _number(message["id"]))
             for message in stored:
                 self.conversations[message.pop("conv")]["messages"].append(message)
         self.next_id = data["next_id"]
+        # Data stored before contacts were (they were the code's, not the desktop's) has none.
+        self.contacts = [dict(contact) for contact in data.get("contacts") or ()]
+        self.contacts_version += 1
         self.messages = {
             m["id"]: conv_id for conv_id, c in self.conversations.items() for m in c["messages"]
         }
