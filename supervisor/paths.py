@@ -42,6 +42,8 @@ __all__ = [
 ]
 
 _DESKTOP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: A character a shell word must be quoted for (``shlex``'s; compiled only when a hint is made).
+_SHELL_UNSAFE = r"(?a)[^\w@%+=:,./-]"
 
 #: The longest path ``bind``/``connect`` take on an AF_UNIX socket (``sun_path`` less its NUL).
 SUN_PATH_MAX = 107
@@ -271,3 +273,20 @@ class DesktopPaths(NamedTuple):
     def log(self) -> Path:
         """The supervisor's log (and its workers' stdout/stderr)."""
         return self.root / "supervisor.log"
+
+    def command(self, words: str) -> str:
+        """``aotui WORDS`` for this desktop as a user pastes it into a shell: with ``--desktop``
+        and ``--socket`` when they are not what a bare ``aotui WORDS`` would reach."""
+        named = [f"aotui {words}"]
+        if self.root.name != "default":
+            named.append(f"--desktop {self.root.name}")
+        if self.root.parent != base_dir():
+            named.append(f"--socket {_shell_word(str(self.root.parent))}")
+        return " ".join(named)
+
+
+def _shell_word(text: str) -> str:
+    """``text`` as one shell word (``shlex.quote``'s rule, without importing shlex)."""
+    if text and not re.search(_SHELL_UNSAFE, text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"

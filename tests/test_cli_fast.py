@@ -100,10 +100,11 @@ def test_fast_commands_on_a_live_desktop_import_nothing_heavy(
             ["status", "--json", *where],
             ["snapshot", "--plain", *where],
             ["exec", "<context>open --application app_0</context>", *where],
+            ["ping", *where],
         ],
         tmp_path,
     )
-    assert codes == [0, 0, 0, 0]
+    assert codes == [0, 0, 0, 0, 0]
     assert heavy_in(modules) == {}
     assert "aotui.supervisor.interface.rpc_client" in modules
 
@@ -129,10 +130,11 @@ def test_fast_commands_without_a_desktop_import_nothing_heavy(tmp_path: Path) ->
             ["status", *where],
             ["snapshot", "--json", *where],
             ["exec", "<context>open --application app_0</context>", *where],
+            ["ping", *where],
         ],
         tmp_path,
     )
-    assert codes == [69, 69, 69]
+    assert codes == [69, 69, 69, 69]
     assert heavy_in(modules) == {}
 
 
@@ -373,3 +375,50 @@ def test_help_is_laid_out_as_argparse_lays_it_out(
     if columns == "50":  # a command's help wraps to the width (its usage and descriptions)
         snapshot = texts[1 + list(COMMANDS).index("snapshot")]
         assert max(len(line) for line in snapshot.splitlines()) <= 48
+
+
+# `aotui --help` and `aotui COMMAND --help` in one interpreter each, counting the arguments built.
+HELP_PROBE = """\
+import argparse, contextlib, io, json, sys
+from aotui.supervisor.interface.cli import main
+built = []
+add = argparse._ActionsContainer.add_argument
+def counted(self, *args, **kwargs):
+    built.append(args)
+    return add(self, *args, **kwargs)
+argparse._ActionsContainer.add_argument = counted
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        main(json.loads(sys.argv[1]))
+    except SystemExit as exit:
+        code = exit.code
+print(json.dumps({"code": code, "built": len(built), "help": out.getvalue()}))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["status", "--help"], ["snapshot", "-h"]])
+def test_help_builds_only_what_it_prints(argv: list[str]) -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE, json.dumps(argv)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=45,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    seen = json.loads(finished.stdout)
+    assert seen["code"] == 0
+    # The common options, -h, and the one command's own: never the two dozen commands' ~100.
+    assert seen["built"] <= 25, seen["built"]
+    # What the user reads is what the parser of every command prints.
+    named = argv[0] if argv[0] in COMMANDS else None
+    full = build_parser()
+    expected = (subparsers(full)[named] if named else full).format_help()
+    assert seen["help"] == expected
+
+
+def test_listed_commands_print_the_same_top_help() -> None:
+    assert build_parser(None, listed=True).format_help() == build_parser().format_help()
+    assert set(subparsers(build_parser(None, listed=True))) == set(COMMANDS)

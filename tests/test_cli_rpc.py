@@ -196,7 +196,7 @@ def test_a_desktop_older_than_as_control_is_asked_on_the_control_socket(
         stand_in = threading.Thread(target=answer, daemon=True)
         stand_in.start()
         where = ["--desktop", desktop.name, "--socket", str(desktop.runtime)]
-        code, out, err = run(capsys, ["snapshot", "--plain", *where])
+        code, out, err = run(capsys, ["snapshot", "--plain", "--quiet", *where])
         stand_in.join(timeout=10)
         os.unlink(paths.rpc_file)
     assert json.loads(asked[0])["params"] == {"include_meta": False, "as_control": True}

@@ -70,7 +70,7 @@ def test_a_session_resolves_refs_against_its_own_pull(start_desktop: Start) -> N
     read = aotui(desktop, "snapshot", "--plain", env=agent)
     assert read.returncode == 0, read.stderr
     assert "[B](note:notes[1])" in read.stdout
-    assert read.stderr == ""  # a session is set: no note about its absence
+    assert "no session" not in read.stderr  # a session is set: no note about its absence
 
     other = desktop.new_client()
     other.snapshot()

@@ -742,7 +742,8 @@ class Desktop:
         """Record the operation as pending and ask the user, in the chat app and System Logs."""
         pending = self.confirmations.ask(asked)
         app, ident = self.app(pending.app), pending.ident
-        answer = f"aotui confirm {ident} (or aotui confirm {ident} --deny)"
+        confirm = self.paths.command(f"confirm {ident}")
+        answer = f"{confirm} (or {confirm} --deny)"
         args = ", ".join(f"{k}={v!r}" for k, v in pending.args.items()) or "no arguments"
         if len(args) > 200:  # the whole call is in `aotui confirm`'s list; the answer must show
             args = args[:199] + "…"
@@ -772,7 +773,7 @@ class Desktop:
             f"{pending.operation} waits for the user's confirmation {ident} ({pending.reason}); "
             f"it has not run. It runs once when the user confirms; a refusal is E_PERMISSION. "
             f"The outcome appears in {app.app_id}'s Operation Log, or wait for it: "
-            f"aotui wait --confirmation {ident}",
+            f"{self.paths.command(f'wait --confirmation {ident}')}",
         )
 
     async def run_confirmed(self, pending: PendingConfirmation, deadline: float) -> Any:

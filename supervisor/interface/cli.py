@@ -40,6 +40,7 @@ examples:
   aotui status                      apps, pids, memory, CPU, restarts
   aotui down                        stop the desktop and every worker
 exit codes: 0 ok, 64 invalid command, 65 not found, 69 no desktop, 70 app/internal error,
+            73 too many commands in flight (retry), 74 store I/O error,
             75 stale/locked/timeout (retry), 77 permission
 """
 
@@ -50,26 +51,40 @@ def _client(args: argparse.Namespace, timeout_s: float = 30.0) -> Client:
     return Client(args.desktop, args.socket, timeout_s=timeout_s)
 
 
-def _call(args: argparse.Namespace, method: str, **params: Any) -> Any:
-    """One call of ``snapshot|execute|status``: on ``rpc.sock``, else on the control socket.
+def _call(args: argparse.Namespace, method: str, timeout_s: float = 30.0, **params: Any) -> Any:
+    """One call of ``snapshot|execute|status|ping``: on ``rpc.sock``, else the control socket.
 
     The JSON-RPC client imports no pyzmq, msgpack or message classes (a third of a call's
     start-up); a desktop without ``rpc.sock`` is asked through the ZeroMQ client, as before.
     """
     paths = DesktopPaths.for_desktop(args.desktop, args.socket)
     try:
-        return rpc_client.call(paths, method, params, timeout_s=30.0)
+        return rpc_client.call(paths, method, params, timeout_s=timeout_s)
     except rpc_client.RpcUnreachable:
         pass
-    with _client(args) as client:
+    with _client(args, timeout_s=timeout_s) as client:
         return client.call(method, **params)
 
 
 def _emit(args: argparse.Namespace, result: Any, text: str | None = None) -> None:
+    """A command's result: JSON with ``--json``, else ``text`` (``--quiet`` prints it too)."""
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
-    elif text is not None and not getattr(args, "quiet", False):
+    elif text is not None:
         print(text)
+
+
+def _done(args: argparse.Namespace, result: Any, text: str) -> None:
+    """A command's word that it worked: JSON with ``--json``; ``--quiet`` leaves it to the exit
+    status (``aotui exec -q …`` prints nothing when it worked)."""
+    if args.json or not args.quiet:
+        _emit(args, result, text)
+
+
+def _note(args: argparse.Namespace, text: str) -> None:
+    """A note for the person at the terminal, on stderr; ``--quiet`` drops it."""
+    if not args.quiet:
+        print(text, file=sys.stderr)
 
 
 def _reader(args: argparse.Namespace) -> dict[str, Any]:
@@ -81,6 +96,9 @@ def _reader(args: argparse.Namespace) -> dict[str, Any]:
     token = args.token or os.environ.get("AOTUI_LEASE_TOKEN") or None
     return {key: value for key, value in (("session", session), ("token", token)) if value}
 
+
+#: What starts the last line of ``aotui snapshot --include-meta``'s output (docs/interfaces.md).
+META_PREFIX = "[meta] "
 
 NO_SESSION = (
     "aotui: no session: refs (list[i]) resolve against the desktop's latest snapshot, whoever "
@@ -108,7 +126,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     # --desktop wins over the config file's ``desktop =``, which wins over "default".
     config = load_config(args.config, desktop=args.desktop)
     paths = DesktopPaths.for_desktop(config.desktop, args.socket)
-    _refuse_running(config.desktop, args.socket)
+    running = _running(config.desktop, args.socket, args.fresh)
+    if running is not None:  # `up` twice is `up` once: the desktop the user asked for runs
+        gc.enable()
+        running = {**running, "root": str(paths.root), "already_running": True}
+        text = (
+            f"desktop {config.desktop!r} is already running (pid {running['pid']}) at {paths.root}"
+        )
+        _emit(args, running, text)
+        return 0
     _check_data_home(config.desktop)
     _claim_store(args, config.desktop, config.durability)
     if args.detach:
@@ -129,26 +155,31 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_running(desktop: str, socket: str | None) -> None:
-    """Refuse to start a desktop that already answers."""
+def _running(desktop: str, socket: str | None, fresh: bool) -> dict[str, Any] | None:
+    """The ping of ``desktop`` when it already answers, else ``None``; with ``--fresh``, a
+    running desktop is refused (its store cannot be set aside under it)."""
     from aotui.supervisor.interface.client import Client, DesktopUnavailable
 
     with Client(desktop, socket) as probe:
         try:
-            running = probe.ping(timeout_s=1.0)
+            running: dict[str, Any] = probe.ping(timeout_s=1.0)
         except DesktopUnavailable:
-            return
-    raise AotuiError(
-        ErrorCode.E_INVALID_CMD,
-        f"desktop {desktop!r} is already running (pid {running['pid']})",
-    )
+            return None
+    if fresh:
+        down = DesktopPaths.for_desktop(desktop, socket).command("down")
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"desktop {desktop!r} is already running (pid {running['pid']}); --fresh starts "
+            f"a stopped desktop empty: stop it first (`{down}`)",
+        )
+    return running
 
 
 def _claim_store(args: argparse.Namespace, desktop: str, durability: str) -> None:
     """Refuse a store another supervisor holds or that is damaged; in the foreground, lock it."""
     from aotui.supervisor.store.faults import StoreHeld
     from aotui.supervisor.store.lock import StoreLock, lock_holder
-    from aotui.supervisor.store.repair import aside
+    from aotui.supervisor.store.repair import aside, is_damaged
     from aotui.supervisor.store.store import DesktopStore, identity_path
 
     stored = store_path(desktop)
@@ -159,8 +190,9 @@ def _claim_store(args: argparse.Namespace, desktop: str, durability: str) -> Non
         # Held for this process's life; the detached parent leaves it to its child.
         StoreLock.acquire(stored)
     if args.fresh and (stored.exists() or identity_path(stored).exists()):
-        kept = aside(stored)
-        print(f"kept the old store of {desktop!r} as {kept}", file=sys.stderr)
+        # Only a damaged store is named `.corrupt-…`: a healthy one was replaced on request.
+        kept = aside(stored, why="corrupt" if is_damaged(stored) else "replaced")
+        _note(args, f"kept the old store of {desktop!r} as {kept}")
     if durability != "off":
         DesktopStore(store_path(desktop)).close()  # a damaged store fails here, clearly
 
@@ -188,7 +220,7 @@ def _up_detached(args: argparse.Namespace, desktop: str, paths: DesktopPaths) ->
         if holder is not None:  # another `up` won the race for this desktop
             raise StoreHeld(store_path(desktop), holder) from None
         raise
-    _emit(args, info, f"desktop {desktop!r} up (pid {info['pid']}) at {paths.root}")
+    _done(args, info, f"desktop {desktop!r} up (pid {info['pid']}) at {paths.root}")
     return 0
 
 
@@ -218,15 +250,20 @@ def cmd_desktops(args: argparse.Namespace) -> int:
     from aotui.supervisor.store.repair import describe_store, repair, stored_desktops
     from aotui.supervisor.store.store import identity_path
 
-    if args.repair and not (
-        store_path(args.repair).is_file() or identity_path(store_path(args.repair)).exists()
-    ):
+    named = args.repair or args.delete
+    if args.repair and args.delete:
+        raise AotuiError(ErrorCode.E_INVALID_CMD, "give --repair NAME or --delete NAME, not both")
+    if named:
+        DesktopPaths.for_desktop(named)  # a name that is no desktop's name is refused, as by up
+    if named and not (store_path(named).is_file() or identity_path(store_path(named)).exists()):
         # Repairing a name that was never a desktop must not create one.
         raise AotuiError(
             ErrorCode.E_NOT_FOUND,
-            f"there is no desktop named {args.repair!r} in {data_home() / 'desktops'}; "
+            f"there is no desktop named {named!r} in {data_home() / 'desktops'}; "
             "`aotui desktops` lists them",
         )
+    if args.delete:
+        return _delete_desktop(args, args.delete)
     if args.repair:
         result = repair(store_path(args.repair))
         text = (
@@ -250,6 +287,27 @@ def cmd_desktops(args: argparse.Namespace) -> int:
             except AotuiError:
                 row["running_pid"] = None
     _emit(args, rows, format_desktops(folder, rows))
+    return 0
+
+
+def _delete_desktop(args: argparse.Namespace, name: str) -> int:
+    """``aotui desktops --delete NAME``: the stored desktop's files, gone for good."""
+    from aotui.supervisor.store.faults import StoreHeld
+    from aotui.supervisor.store.repair import delete
+
+    try:
+        removed = delete(store_path(name))
+    except StoreHeld as exc:  # exit 75: the lock of its store says a supervisor serves it
+        down = DesktopPaths.for_desktop(name, args.socket).command("down")
+        holder = f"pid {exc.pid}" if exc.pid else "another process"
+        raise AotuiError(
+            ErrorCode.E_LOCKED,
+            f"desktop {name!r} is running ({holder} serves it); stop it first (`{down}`), "
+            "then delete it",
+            exc.data,
+        ) from None
+    result = {"desktop": name, "deleted": True, "removed": removed}
+    _done(args, result, f"deleted desktop {name!r} ({', '.join(removed)})")
     return 0
 
 
@@ -307,7 +365,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         pid = client.ping()["pid"]
         client.shutdown()
     _wait_exit(pid, 15.0)
-    _emit(args, {"pid": pid, "stopped": True}, f"desktop stopped (pid {pid})")
+    _done(args, {"pid": pid, "stopped": True}, f"desktop stopped (pid {pid})")
     return 0
 
 
@@ -337,7 +395,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     """Stop and remove an app."""
     with _client(args) as client:
         result = client.uninstall(args.app)
-    _emit(args, result, f"uninstalled {result['app']} ({result['id']})")
+    _done(args, result, f"uninstalled {result['app']} ({result['id']})")
     return 0
 
 
@@ -355,18 +413,25 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     pull = {name: value for name, value in chosen.items() if value is not None}
     if args.no_instructions:
         pull["include_instructions"] = False
+    if args.plain and args.include_meta:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            "--plain prints the Markdown alone; leave out --include-meta, or use it without "
+            "--plain (the meta is then stdout's last line) or with --json",
+        )
     result = _call(args, "snapshot", include_meta=args.include_meta, **pull, **reader)
     if args.json:
         _emit(args, result)
-    else:
-        sys.stdout.write(result["markdown"])
-        sys.stdout.flush()
-        if not args.plain and not args.quiet:
-            print(f"[snapshot {result['snapshot_id']}]", file=sys.stderr)
-            if "meta" in result:
-                print(json.dumps(result["meta"], ensure_ascii=False), file=sys.stderr)
-            if not reader:
-                print(NO_SESSION, file=sys.stderr)
+        return 0
+    sys.stdout.write(result["markdown"])
+    if "meta" in result:  # the last line of stdout: `[meta] ` and the meta as one line of JSON
+        text = json.dumps(result["meta"], ensure_ascii=False, separators=(",", ":"))
+        end = "" if result["markdown"].endswith("\n") else "\n"
+        sys.stdout.write(f"{end}{META_PREFIX}{text}\n")
+    sys.stdout.flush()
+    _note(args, f"[snapshot {result['snapshot_id']}]")
+    if not reader:
+        _note(args, NO_SESSION)
     return 0
 
 
@@ -374,14 +439,14 @@ def cmd_exec(args: argparse.Namespace) -> int:
     """Run an agent message from the argument or stdin (refs resolve in the caller's session)."""
     text = args.text if args.text is not None else sys.stdin.read()
     reader = _reader(args)
-    if not reader and "execute" in text and not args.snapshot and not args.quiet:
-        print(NO_SESSION, file=sys.stderr)  # only operations take refs
+    if not reader and "execute" in text and not args.snapshot:
+        _note(args, NO_SESSION)  # only operations take refs
     result = _call(args, "execute", text=text, snapshot_id=args.snapshot, **reader)
     waiting = result.get("waiting")
     if waiting is not None:  # seed 004: asked, not run; exit 0 (nothing failed)
         _emit(args, result, f"waiting for the user: {waiting['message']}")
         return 0
-    _emit(args, result, f"ok: {result['ran']} command(s) ran")
+    _done(args, result, f"ok: {result['ran']} command(s) ran")
     return 0
 
 
@@ -410,10 +475,9 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
-    """Whether the desktop answers: its pid."""
-    with _client(args, timeout_s=5) as client:
-        result = client.ping()
-    _emit(args, result, f"desktop {result['desktop']!r} answers (pid {result['pid']})")
+    """Whether the desktop answers: its pid (on ``rpc.sock``, as status asks)."""
+    result = _call(args, "ping", timeout_s=5.0)
+    _done(args, result, f"desktop {result['desktop']!r} answers (pid {result['pid']})")
     return 0
 
 
@@ -453,7 +517,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
             _emit(args, outcome, text)
             return 0
         result = client.wait(timeout_ms=args.timeout_ms, **condition)
-    _emit(args, result, f"ok: {result['until']} after {result['waited_ms']} ms")
+    _done(args, result, f"ok: {result['until']} after {result['waited_ms']} ms")
     return 0
 
 
@@ -484,7 +548,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         )
     with _client(args) as client:
         client.call("release", token=token)
-    _emit(args, {"released": True}, "lease released")
+    _done(args, {"released": True}, "lease released")
     return 0
 
 
@@ -546,7 +610,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     skipped = (
         f"; skipped (not installed): {', '.join(result['skipped'])}" if result["skipped"] else ""
     )
-    _emit(args, result, f"imported {', '.join(result['imported']) or 'nothing'}{skipped}")
+    _done(args, result, f"imported {', '.join(result['imported']) or 'nothing'}{skipped}")
     return 0
 
 
@@ -554,7 +618,7 @@ def cmd_say(args: argparse.Namespace) -> int:
     """Post a user message into the chat app."""
     with _client(args) as client:
         result = client.say(args.text, args.app)
-    _emit(args, {"result": result}, "sent")
+    _done(args, {"result": result}, "sent")
     return 0
 
 
@@ -604,7 +668,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "install": (cmd_install, "install an app directory (prints app_N)"),
     "uninstall": (cmd_uninstall, "stop and remove an app"),
     "status": (cmd_status, "supervisor and app status table"),
-    "desktops": (cmd_desktops, "stored desktops (created, last used, size); --repair NAME"),
+    "desktops": (
+        cmd_desktops,
+        "stored desktops (created, last used, size); --repair, --delete NAME",
+    ),
     "snapshot": (cmd_snapshot, "print the Markdown desktop the agent reads"),
     "exec": (cmd_exec, "run <context> commands (argument or stdin)"),
     "say": (cmd_say, "post a user message into the chat app"),
@@ -683,11 +750,13 @@ class _Unbuilt:
         """Nothing to build: this command is not the one being run."""
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, listed: bool = False) -> argparse.ArgumentParser:
     """The argument parser of every command, or of ``command`` alone (the one being run).
 
     A command line whose first word is its command reaches no other subparser, and building all
-    two dozen (argparse makes a help formatter for every argument) was ~7 ms of each call.
+    two dozen (argparse makes a help formatter for every argument) was ~7 ms of each call. With
+    ``listed``, the other commands are only listed (their name and help: what ``aotui --help``
+    and an unknown command's error print), not built: ``aotui --help`` took ~10 ms to build them.
     """
     common = _Parser(add_help=False, formatter_class=_Formatter)
     common.add_argument("--json", action="store_true", help="machine-readable output")
@@ -708,7 +777,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--token", default=None, help="input-lease token to present (default $AOTUI_LEASE_TOKEN)"
     )
     common.add_argument(
-        "-q", "--quiet", action="store_true", help="print only results (no notes on stderr)"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no notes on stderr and no 'ok' lines: results and errors only",
     )
     parser = _Parser(
         prog="aotui",
@@ -717,35 +789,43 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         formatter_class=_TopFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    parsers: dict[str, argparse.ArgumentParser | _Unbuilt] = {
-        name: sub.add_parser(
-            name,
-            parents=[common],
-            help=help_text,
-            description=help_text,
-            formatter_class=_Formatter,
-        )
-        if command in (None, name)
-        else _Unbuilt()
-        for name, (_, help_text) in COMMANDS.items()
-    }
+    parsers: dict[str, argparse.ArgumentParser | _Unbuilt] = {}
+    for name, (_, help_text) in COMMANDS.items():
+        if command == name or (command is None and not listed):
+            parsers[name] = sub.add_parser(
+                name,
+                parents=[common],
+                help=help_text,
+                description=help_text,
+                formatter_class=_Formatter,
+            )
+        else:
+            if listed:  # a line of the top parser's help, and a choice its errors name
+                sub.add_parser(name, help=help_text, add_help=False)
+            parsers[name] = _Unbuilt()
     parsers["up"].add_argument("--config", help="desktop TOML config (see configs/desktop.toml)")
     parsers["up"].add_argument("--detach", action="store_true", help="run in the background")
     parsers["up"].add_argument(
         "--fresh",
         action="store_true",
-        help="start empty, keeping the old store beside the new one (<name>.db.corrupt-<time>)",
+        help="start empty, keeping the old store beside the new one (<name>.db.replaced-<time>)",
     )
     parsers["desktops"].add_argument(
         "--repair", metavar="NAME", help="salvage a damaged store, keeping the damaged file"
     )
+    parsers["desktops"].add_argument(
+        "--delete", metavar="NAME", help="delete a stopped desktop's store for good"
+    )
     parsers["install"].add_argument("app_dir", help="directory holding aoapp.json")
     parsers["uninstall"].add_argument("app", help="app_N or manifest id")
-    parsers["snapshot"].add_argument("--plain", action="store_true", help="only the Markdown")
+    parsers["snapshot"].add_argument(
+        "--plain", action="store_true", help="stdout is the Markdown alone, nothing appended"
+    )
     parsers["snapshot"].add_argument(
         "--include-meta",
         action="store_true",
-        help="also the snapshot id, time, session, lease holder and per-app state",
+        help="also the snapshot id, time, session, lease holder and per-app state: stdout's "
+        "last line, '[meta] ' and one line of JSON",
     )
     pull = parsers["snapshot"]
     pull.add_argument("--since", metavar="ID", help="only what changed since snapshot ID (T12)")
@@ -843,9 +923,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    # The top parser has no option but -h: a known first word is the command argparse will take.
-    named = words[0] if words and words[0] in COMMANDS else None
-    args = build_parser(named).parse_args(argv)
+    # The top parser has no option but -h: its first word not an option is the command argparse
+    # takes (the rest are that command's). The others are only listed, for help and errors.
+    named = next((word for word in words if not word.startswith("-")), None)
+    command = named if named in COMMANDS else None
+    args = build_parser(command, listed=True).parse_args(argv)
     if args.command != "up" and args.desktop is None:
         args.desktop = "default"
     handler = COMMANDS[args.command][0]

@@ -95,7 +95,8 @@ class Client:
             # that a killed desktop left behind, or on one that is not there yet.
             if not is_listening(self.paths.control_file):
                 raise DesktopUnavailable(
-                    f"no desktop is running at {self.paths.root} (start one with `aotui up`)"
+                    f"no desktop is running at {self.paths.root} (start one with "
+                    f"`{self.paths.command('up')}`)"
                 )
             sock = self._context.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)

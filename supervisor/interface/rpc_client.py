@@ -58,7 +58,9 @@ def call(paths: DesktopPaths, method: str, params: dict[str, Any], timeout_s: fl
         except OSError:
             if is_listening(paths.control_file):
                 raise RpcUnreachable(str(paths.rpc_file)) from None
-            no_desktop = f"no desktop is running at {paths.root} (start one with `aotui up`)"
+            no_desktop = (
+                f"no desktop is running at {paths.root} (start one with `{paths.command('up')}`)"
+            )
             raise _unavailable(no_desktop) from None
         deadline = time.monotonic() + timeout_s
         try:

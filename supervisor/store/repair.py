@@ -26,11 +26,11 @@ from aotui.supervisor.store.faults import (
     StoreIOError,
     from_sqlite,
 )
-from aotui.supervisor.store.lock import lock_holder
+from aotui.supervisor.store.lock import StoreLock, lock_holder, lock_path
 from aotui.supervisor.store.store import DesktopStore, identity_path, read_identity, read_row
 from aotui.supervisor.store.wal_check import tail_damage
 
-__all__ = ["aside", "describe_store", "repair", "stored_desktops"]
+__all__ = ["aside", "delete", "describe_store", "is_damaged", "repair", "stored_desktops"]
 
 
 def stored_desktops(folder: Path) -> list[Path]:
@@ -40,17 +40,48 @@ def stored_desktops(folder: Path) -> list[Path]:
     return [folder / f"{name}.db" for name in sorted(names)]
 
 
-def aside(path: Path, identity: bool = True) -> Path:
-    """Move a store (and its WAL files, and its identity) aside; returns the new main file."""
+def aside(path: Path, identity: bool = True, why: str = "corrupt") -> Path:
+    """Move a store (and its WAL files, and its identity) aside as ``<name>.db.<why>-<time>``;
+    returns the new main file. ``why`` is ``corrupt`` for a damaged store, ``replaced`` for a
+    store set aside only because a fresh desktop was asked for (``aotui up --fresh``)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    target = path.with_name(f"{path.name}.{why}-{stamp}")
     for suffix in ("", "-wal", "-shm"):
         source = Path(f"{path}{suffix}")
         if source.exists():
             os.replace(source, f"{target}{suffix}")
     if identity and identity_path(path).exists():
-        os.replace(identity_path(path), f"{identity_path(path)}.corrupt-{stamp}")
+        os.replace(identity_path(path), f"{identity_path(path)}.{why}-{stamp}")
     return target
+
+
+def is_damaged(path: Path) -> bool:
+    """Whether the content of the store at ``path`` is damaged (a disk that cannot read it is
+    not damage), read without changing it; its lock may be this process's."""
+    if not path.exists() and read_identity(path) is None:
+        return False
+    return bool(_examine(path)["health"] is StoreHealth.DAMAGED)
+
+
+def delete(path: Path) -> list[str]:
+    """Delete the stored desktop at ``path``: its file, WAL files, identity and lock file;
+    returns the paths removed. :class:`StoreHeld` (naming the pid) while a supervisor serves it:
+    its lock is taken for the deletion, so no ``aotui up`` can open it half deleted."""
+    lock = StoreLock.acquire(path)
+    removed: list[str] = []
+    try:
+        for doomed in (*(Path(f"{path}{s}") for s in ("", "-wal", "-shm")), identity_path(path)):
+            try:
+                doomed.unlink()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StoreIOError(path, "deleted", f"{doomed}: {exc.strerror or exc}") from None
+            removed.append(str(doomed))
+        lock_path(path).unlink(missing_ok=True)  # held until released below: no one reads it
+    finally:
+        lock.release()
+    return removed
 
 
 def _read_only(path: Path) -> sqlite3.Connection:
