@@ -11,7 +11,10 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing (~2 ms of every CLI call)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["lazy_exports"]
 

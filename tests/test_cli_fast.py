@@ -52,6 +52,8 @@ HEAVY = {
     "aotui.supervisor.interface.client": "the other commands",
     # inspect, ast and dis come with it, ~6 ms.
     "dataclasses": "the ZeroMQ client's messages, the supervisor",
+    # ~2 ms: the fast path's modules name typing's names under TYPE_CHECKING only.
+    "typing": "annotations (the other commands)",
 }
 
 # Runs each argv through main() in one interpreter, then writes its sys.modules to argv[2].
@@ -422,3 +424,9 @@ def test_help_builds_only_what_it_prints(argv: list[str]) -> None:
 def test_listed_commands_print_the_same_top_help() -> None:
     assert build_parser(None, listed=True).format_help() == build_parser().format_help()
     assert set(subparsers(build_parser(None, listed=True))) == set(COMMANDS)
+
+
+def test_a_listed_command_taken_after_all_is_built_then() -> None:
+    # Should argparse take a command _dispatch did not see, its parser is built on the spot.
+    args = build_parser(None, listed=True).parse_args(["snapshot", "--since", "T3", "--json"])
+    assert (args.command, args.since, args.json, args.plain) == ("snapshot", "T3", True, False)

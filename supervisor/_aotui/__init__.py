@@ -11,9 +11,9 @@ Exports load on first use, so ``import aotui`` costs nothing a command does not 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aotui.protocol.lazy import lazy_exports
+
+TYPE_CHECKING = False  # typing's, without importing typing (~2 ms of every CLI call)
 
 if TYPE_CHECKING:
     from aotui.protocol.errors import AotuiError, ErrorCode

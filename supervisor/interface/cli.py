@@ -17,14 +17,16 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.interface import rpc_client
 from aotui.supervisor.interface.reports import format_desktops, format_doctor, format_status
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, data_home, store_path
 
+TYPE_CHECKING = False  # typing's, without importing typing (~2 ms of every call)
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from aotui.supervisor.interface.client import Client
 
 __all__ = ["main"]
@@ -750,14 +752,33 @@ class _Unbuilt:
         """Nothing to build: this command is not the one being run."""
 
 
-def build_parser(command: str | None = None, listed: bool = False) -> argparse.ArgumentParser:
-    """The argument parser of every command, or of ``command`` alone (the one being run).
+class _Listed(_Unbuilt):
+    """A command the top parser only lists (its help line, a choice its errors name); should
+    argparse take it after all, its parser is built then."""
 
-    A command line whose first word is its command reaches no other subparser, and building all
-    two dozen (argparse makes a help formatter for every argument) was ~7 ms of each call. With
-    ``listed``, the other commands are only listed (their name and help: what ``aotui --help``
-    and an unknown command's error print), not built: ``aotui --help`` took ~10 ms to build them.
-    """
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def parse_known_args(self, args: Sequence[str], namespace: Any = None) -> Any:
+        """What the command's own parser makes of ``args``."""
+        return _command_parsers(build_parser(self.name))[self.name].parse_known_args(
+            args, namespace
+        )
+
+
+def _command_parser(listed: str | None = None, **kwargs: Any) -> Any:
+    """The subparsers' parser class: a listed command's stand-in, or a :class:`_Parser`."""
+    return _Listed(listed) if listed else _Parser(**kwargs)
+
+
+def _command_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The command parsers of the top ``parser``, by command."""
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+def _common_options() -> _Parser:
+    """The options every command takes (``--json``, ``--desktop``, ``--socket``, ...)."""
     common = _Parser(add_help=False, formatter_class=_Formatter)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument(
@@ -782,16 +803,36 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
         action="store_true",
         help="no notes on stderr and no 'ok' lines: results and errors only",
     )
+    return common
+
+
+def build_parser(command: str | None = None, listed: bool = False) -> argparse.ArgumentParser:
+    """The argument parser of every command, or of ``command`` alone (the one being run).
+
+    A command line whose first word is its command reaches no other subparser, and building all
+    two dozen (argparse makes a help formatter for every argument) was ~7 ms of each call. With
+    ``listed``, the other commands are only listed (their name and help: what ``aotui --help``
+    and an unknown command's error print), not built: ``aotui --help`` took ~10 ms to build them.
+    """
+    common: _Parser | None = None  # built for the first command built
     parser = _Parser(
         prog="aotui",
         description="A text desktop for LLM agents: apps in sandboxed workers, one Markdown view.",
         epilog=EPILOG,
         formatter_class=_TopFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # A listed command costs its help line: no parser (argparse makes one, with translations
+    # looked up on disk, for each), and no common options to copy when none is built.
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        parser_class=_command_parser,  # type: ignore[call-overload]  # argparse only calls it
+    )
     parsers: dict[str, argparse.ArgumentParser | _Unbuilt] = {}
     for name, (_, help_text) in COMMANDS.items():
         if command == name or (command is None and not listed):
+            common = common or _common_options()
             parsers[name] = sub.add_parser(
                 name,
                 parents=[common],
@@ -801,7 +842,7 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
             )
         else:
             if listed:  # a line of the top parser's help, and a choice its errors name
-                sub.add_parser(name, help=help_text, add_help=False)
+                sub.add_parser(name, help=help_text, listed=name)
             parsers[name] = _Unbuilt()
     parsers["up"].add_argument("--config", help="desktop TOML config (see configs/desktop.toml)")
     parsers["up"].add_argument("--detach", action="store_true", help="run in the background")
@@ -847,7 +888,7 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
     parsers["logs"].add_argument("app", help="app_N (or manifest id, if the desktop runs)")
     parsers["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing")
     wait = parsers["wait"]
-    if command in (None, "wait"):  # the message classes are not every command's to import
+    if isinstance(wait, argparse.ArgumentParser):  # the message classes are wait's alone
         from aotui.protocol.messages import SignalReason
 
         reasons = tuple(reason.value for reason in SignalReason)  # CONTRACT §6
