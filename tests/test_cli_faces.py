@@ -4,6 +4,10 @@ that name the desktop, `snapshot --include-meta` on stdout, `--plain` and `--qui
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -125,3 +129,33 @@ def test_desktops_delete_removes_a_stopped_desktop(tmp_path: Path, private_home:
     # A desktop deleted is a new one when started again.
     assert aotui("up", "--detach", "--config", str(config), *where).returncode == 0
     assert aotui("down", *where).returncode == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(shutil.which("socat") is None, reason="needs socat")
+def test_rpc_path_is_what_socat_connects_to(start_desktop: Start) -> None:
+    # docs/interfaces.md's socat example, with no XDG_RUNTIME_DIR to build the path from.
+    desktop = start_desktop(["echo"])
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    env["AOTUI_SOCKET"] = str(desktop.runtime)
+    where = ["--desktop", desktop.name]
+    printed = subprocess.run(
+        [sys.executable, "-m", "aotui.supervisor", "capabilities", "--rpc-path", *where],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=False,
+    )
+    assert printed.returncode == 0, printed.stderr
+    path = printed.stdout.strip()
+    assert path == str(desktop.runtime / desktop.name / "rpc.sock")
+    talked = subprocess.run(
+        ["socat", "-t", "5", "-", f"UNIX-CONNECT:{path}"],
+        input='{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert json.loads(talked.stdout)["result"]["desktop"] == desktop.name

@@ -8,7 +8,11 @@ other one must be one of these, or the test fails and names it:
   (``AOTUI_SOCKET`` and ``AOTUI_HOME`` under the test's directory); each must exit 0. A block that
   does not start with ``aotui up`` gets a default desktop started for it.
 - ``python``, a program that uses the client: it runs with this venv's Python on a private
-  default desktop (the bundled apps), and must exit 0.
+  desktop (the bundled apps; the one it names with ``Client("NAME")``, else the default), and
+  must exit 0.
+
+README.md also runs as a reader follows it: its examples in order, in one place, with nothing
+started for them.
 - ``python`` in ``docs/apps.md``: the tutorial's whole app (installed and driven on a desktop as
   its section 10 shows), an excerpt of it (checked to be verbatim, so it runs as part of it), or
   its pytest example (run with pytest beside the app).
@@ -31,6 +35,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from aotui.protocol.errors import ErrorCode
 
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -170,9 +176,9 @@ class Sandbox:
             stdin=subprocess.DEVNULL,
         )
 
-    def up(self) -> None:
-        """Start the default desktop (the bundled apps) in the background."""
-        started = self.aotui("up", "--detach")
+    def up(self, desktop: str = "default") -> None:
+        """Start ``desktop`` (the bundled apps) in the background."""
+        started = self.aotui("up", "--detach", "--desktop", desktop)
         assert started.returncode == 0, started.stderr
 
     def stop_everything(self) -> None:
@@ -225,20 +231,53 @@ def test_example_runs(example: Example, sandbox: Sandbox) -> None:
     RUNNERS[kind](example, sandbox)
 
 
-def run_sh(example: Example, sandbox: Sandbox) -> None:
+def run_sh(example: Example, sandbox: Sandbox, started: bool = False) -> None:
     commands = aotui_commands(example.code)
     assert commands
-    if commands[0][:1] != ["up"]:
+    if commands[0][:1] != ["up"] and not started:
         sandbox.up()
     for args in commands:
         result = sandbox.aotui(*args)
         allowed = (0, 1) if args[:1] == ["doctor"] else (0,)  # 1: strict mode cannot run here
         assert result.returncode in allowed, f"{example}: aotui {shlex.join(args)}\n{result.stderr}"
-    sandbox.aotui("down")  # when the block left its desktop running
+    if not started:
+        sandbox.aotui("down")  # when the block left its desktop running
 
 
-def run_client_program(example: Example, sandbox: Sandbox) -> None:
-    sandbox.up()
+@pytest.mark.timeout(240)
+def test_the_readme_runs_in_order(sandbox: Sandbox) -> None:
+    # A reader runs each block after the last, on what the blocks before left: nothing is
+    # started or stopped for a block, and the Python example finds the desktop it was told to
+    # start (the default one is stopped by then and holds the notes the shell examples added).
+    ran = []
+    for example in fenced_blocks(REPO / "README.md"):
+        kind = kind_of(example) if example.language in ("python", "sh") else None
+        if example.not_tested is not None or kind is None:
+            continue
+        if kind == "sh":
+            run_sh(example, sandbox, started=True)
+        else:
+            assert kind == "client program", f"{example}: {kind} in the README"
+            run_client_program(example, sandbox, started=True)
+        ran.append(kind)
+    assert ran == ["sh", "sh", "client program"]
+
+
+def test_the_readme_lists_every_exit_code() -> None:
+    # The README's exit-status table: each row's exit code and the error codes that exit so.
+    rows = re.findall(r"^\| (\d+) \| [^|]+ \|([^|]*)\|$", (REPO / "README.md").read_text(), re.M)
+    listed = {int(code): set(re.findall(r"`(E_\w+)`", names)) for code, names in rows}
+    expected: dict[int, set[str]] = {0: set()}
+    for code in ErrorCode:
+        expected.setdefault(code.exit_code, set()).add(code.value)
+    assert listed == expected
+
+
+def run_client_program(example: Example, sandbox: Sandbox, started: bool = False) -> None:
+    named = re.search(r"\bClient\(\s*[\"']([\w.-]+)[\"']", example.code)
+    desktop = named[1] if named else "default"
+    if not started:
+        sandbox.up(desktop)
     program = sandbox.root / "example.py"
     program.write_text(example.code)
     result = subprocess.run(
@@ -252,7 +291,7 @@ def run_client_program(example: Example, sandbox: Sandbox) -> None:
     )
     assert result.returncode == 0, f"{example}:\n{result.stdout}\n{result.stderr}"
     # The program left its `with` block: the input lease is free for the next agent.
-    status = json.loads(sandbox.aotui("status", "--json").stdout)
+    status = json.loads(sandbox.aotui("status", "--json", "--desktop", desktop).stdout)
     assert status["lease_owner"] is None
 
 

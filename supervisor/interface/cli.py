@@ -484,9 +484,12 @@ def cmd_ping(args: argparse.Namespace) -> int:
 
 
 def cmd_capabilities(args: argparse.Namespace) -> int:
-    """Version, JSON-RPC methods, formats and limits of the desktop."""
-    with _client(args) as client:
-        result = client.capabilities()
+    """Version, JSON-RPC methods, formats and limits of the desktop; ``--rpc-path``: the path
+    of its ``rpc.sock`` alone, as the desktop says it (``socat - UNIX-CONNECT:$(…)``)."""
+    result = _call(args, "get_capabilities")
+    if args.rpc_path:
+        _emit(args, {"socket": result["socket"]}, result["socket"])
+        return 0
     text = (
         f"aotui {result['version']} (protocol {result['protocol']}), desktop "
         f"{result['desktop']!r}\nJSON-RPC 2.0 at {result['socket']}: "
@@ -922,6 +925,9 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
         choices=("fixed", "per-operation"),
         default="fixed",
         help="per-operation: also one tool per operation of the last snapshot",
+    )
+    parsers["capabilities"].add_argument(
+        "--rpc-path", action="store_true", help="print only the path of the desktop's rpc.sock"
     )
     parsers["acquire"].add_argument("owner", help="a name for people (status, errors)")
     parsers["say"].add_argument("text", help="the user's message")
