@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -44,6 +45,16 @@ def test_up_on_a_running_desktop_is_up_once(tmp_path: Path) -> None:
         assert fresh.returncode == 64
         assert f"aotui down --desktop twice --socket {tmp_path / 'run'}" in fresh.stderr
         assert json.loads(aotui("ping", "--json", *where).stdout)["pid"] == pid
+        # Frozen, it answers nothing but holds its store: refused, naming how to stop it there.
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            frozen = aotui("up", "--detach", *where)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert frozen.returncode == 75, frozen.stderr
+        assert f"stop it with `aotui down --desktop twice --socket {tmp_path / 'run'}`" in (
+            frozen.stderr
+        )
     finally:
         assert aotui("down", *where).returncode == 0
 
@@ -159,3 +170,13 @@ def test_rpc_path_is_what_socat_connects_to(start_desktop: Start) -> None:
         check=False,
     )
     assert json.loads(talked.stdout)["result"]["desktop"] == desktop.name
+
+
+@pytest.mark.timeout(60)
+def test_a_traceback_names_the_logs_command_of_its_desktop(start_desktop: Start) -> None:
+    desktop = start_desktop(["brokenimport"], name="crashy")
+    opened = aotui("exec", "<context>open --application app_0</context>", *on(desktop))
+    assert opened.returncode == 70
+    logs = aotui("snapshot", "--plain", *on(desktop)).stdout
+    hint = f"the whole traceback: aotui logs app_0 --desktop crashy --socket {desktop.runtime}"
+    assert hint in logs

@@ -187,7 +187,9 @@ def _claim_store(args: argparse.Namespace, desktop: str, durability: str) -> Non
     stored = store_path(desktop)
     holder = lock_holder(stored)
     if holder is not None:  # also when that supervisor is frozen and answers nothing
-        raise StoreHeld(stored, holder)
+        raise StoreHeld(
+            stored, holder, DesktopPaths.for_desktop(desktop, args.socket).command("down")
+        )
     if not args.detach:
         # Held for this process's life; the detached parent leaves it to its child.
         StoreLock.acquire(stored)
@@ -220,7 +222,7 @@ def _up_detached(args: argparse.Namespace, desktop: str, paths: DesktopPaths) ->
     except DesktopExited:
         holder = lock_holder(store_path(desktop))
         if holder is not None:  # another `up` won the race for this desktop
-            raise StoreHeld(store_path(desktop), holder) from None
+            raise StoreHeld(store_path(desktop), holder, paths.command("down")) from None
         raise
     _done(args, info, f"desktop {desktop!r} up (pid {info['pid']}) at {paths.root}")
     return 0

@@ -74,12 +74,13 @@ class StoreIOError(AotuiError):
 class StoreHeld(AotuiError):
     """Another supervisor serves this desktop (one store, one supervisor)."""
 
-    def __init__(self, path: Path, pid: int | None) -> None:
+    def __init__(self, path: Path, pid: int | None, down: str | None = None) -> None:
+        # ``down``: the command that stops it, as the caller knows it (with its --socket).
         holder = f"pid {pid}" if pid else "another process"
         super().__init__(
             ErrorCode.E_LOCKED,
             f"desktop {path.stem!r} is already served by {holder} (its store {path} is locked "
-            f"by it); stop it with `aotui down --desktop {path.stem}`"
+            f"by it); stop it with `{down or f'aotui down --desktop {path.stem}'}`"
             + (f", or `kill {pid}` if it does not answer" if pid else ""),
             {"path": str(path), "pid": pid, "store": StoreHealth.HELD.value},
         )

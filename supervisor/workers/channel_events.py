@@ -78,7 +78,8 @@ class ChannelEvents:
             text = record.message[:_LOG_CHARS]
             if _TRACEBACK in text:  # the exception line first: a long trace is cut at the end
                 self._keep_traceback(app, worker, text)
-                text = brief_traceback(text, app.app_id, str(app.manifest.app_dir))
+                logs = self.host.paths.command(f"logs {app.app_id}")
+                text = brief_traceback(text, str(app.manifest.app_dir), logs)
             self.host.log(f"{app.name}: {text}", said_by(app.app_id))
 
     def _keep_traceback(self, app: AppRecord, worker: WorkerHandle, text: str) -> None:
@@ -112,13 +113,14 @@ class ChannelEvents:
         kill_worker(app, ExitReason.SUPERVISOR_ERROR)
 
 
-def brief_traceback(text: str, app_id: str, app_dir: str) -> str:
+def brief_traceback(text: str, app_dir: str, logs: str) -> str:
     """A traceback as one System Logs line: the exception, where the app raised it, where the
-    rest is (the deepest frame in the app's own files, else the deepest)."""
+    rest is (the deepest frame in the app's own files, else the deepest; ``logs`` is the
+    ``aotui logs app_N`` command that prints it, for this desktop)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     exception = lines[-1] if lines else text
     frames = [line for line in lines if line.startswith('File "')]
     own = [line for line in frames if line.startswith(f'File "{app_dir}')]
     where = (own or frames or [""])[-1]
     at = f" ({where})" if where else ""
-    return f"{exception}{at}; the whole traceback: aotui logs {app_id}"
+    return f"{exception}{at}; the whole traceback: {logs}"

@@ -120,8 +120,8 @@ class AppLifecycle:
             app_log_dir(self.config.desktop) / f"{app.app_id}.log",
             on_over=lambda: self.host.log(
                 f"{app.name} prints more than {OUTPUT_BYTES_PER_S // 1024} KB a second; it "
-                f"is slowed down and the rest is dropped from its log (aotui logs "
-                f"{app.app_id}).",
+                f"is slowed down and the rest is dropped from its log "
+                f"({self.host.paths.command(f'logs {app.app_id}')}).",
                 app.app_id,
             ),
         )
