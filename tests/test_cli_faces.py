@@ -99,6 +99,9 @@ def test_plain_shapes_stdout_and_quiet_silences_notes(start_desktop: Start) -> N
     # --plain is stdout's format; the notes (the id, no session) are still on stderr.
     assert plain.stderr.startswith("[snapshot T")
     assert "no session" in plain.stderr
+    assert f"(aotui acquire NAME --desktop {desktop.name} --socket {desktop.runtime})" in (
+        plain.stderr
+    )
     quiet = aotui("snapshot", "--quiet", *where)
     assert quiet.stderr == ""
     assert quiet.stdout.startswith("<desktop>")

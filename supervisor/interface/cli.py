@@ -102,10 +102,15 @@ def _reader(args: argparse.Namespace) -> dict[str, Any]:
 #: What starts the last line of ``aotui snapshot --include-meta``'s output (docs/interfaces.md).
 META_PREFIX = "[meta] "
 
-NO_SESSION = (
-    "aotui: no session: refs (list[i]) resolve against the desktop's latest snapshot, whoever "
-    "pulled it; set AOTUI_SESSION=NAME (or --session NAME), or hold the lease (aotui acquire)"
-)
+
+def _no_session(args: argparse.Namespace) -> str:
+    """The note for a pull or execute without a session (its acquire hint names the desktop)."""
+    acquire = DesktopPaths.for_desktop(args.desktop, args.socket).command("acquire NAME")
+    return (
+        "aotui: no session: refs (list[i]) resolve against the desktop's latest snapshot, "
+        "whoever pulled it; set AOTUI_SESSION=NAME (or --session NAME), or hold the lease "
+        f"({acquire})"
+    )
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -435,7 +440,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     _note(args, f"[snapshot {result['snapshot_id']}]")
     if not reader:
-        _note(args, NO_SESSION)
+        _note(args, _no_session(args))
     return 0
 
 
@@ -444,7 +449,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     text = args.text if args.text is not None else sys.stdin.read()
     reader = _reader(args)
     if not reader and "execute" in text and not args.snapshot:
-        _note(args, NO_SESSION)  # only operations take refs
+        _note(args, _no_session(args))  # only operations take refs
     result = _call(args, "execute", text=text, snapshot_id=args.snapshot, **reader)
     waiting = result.get("waiting")
     if waiting is not None:  # seed 004: asked, not run; exit 0 (nothing failed)
