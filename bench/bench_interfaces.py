@@ -5,7 +5,7 @@ One desktop runs the ``echo`` app (its ``noop`` answers at once). Measured:
 - JSON-RPC through a raw Unix socket (newline-delimited JSON, as ``socat`` speaks it): ``ping``,
   ``snapshot`` (Markdown, and ``format: json``), a no-op ``exec``;
 - MCP tool calls through the official SDK's client against a real ``aotui mcp`` subprocess
-  (stdio): ``snapshot`` and a no-op ``exec``;
+  (stdio): ``snapshot`` and a no-op ``run_commands``;
 - the ``aotui`` command as a shell agent runs it, a whole process a call: ``snapshot``, a no-op
   ``exec``, ``status``, ``ping`` and ``--help``, each paired run by run with a bare
   ``python -c pass`` (issue 13's goal: a median at most 60 ms wall, and at most 60 ms over the
@@ -106,7 +106,7 @@ def _mcp_samples(desktop: Desktop) -> dict[str, list[float]]:
     async def main() -> None:
         async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            for name, arguments in (("snapshot", {}), ("exec", {"text": NOOP})):
+            for name, arguments in (("snapshot", {}), ("run_commands", {"text": NOOP})):
                 for _ in range(10):
                     await session.call_tool(name, arguments)
                 times = []

@@ -17,6 +17,10 @@ them, with how far it is above the real count.
 Playwright MCP's ``browser_snapshot`` of an equivalent page: the reference numbers measured for
 issue 14, re-measured here only when ``chromium`` and ``@playwright/mcp`` are installed.
 
+And the tools an MCP client gives its model: the JSON of ``tools/list`` (as the server sends it)
+from a real ``aotui mcp`` on a fresh desktop with the default apps, against issue 21's goal of
+at most 700 tokens (cl100k) with every property described.
+
 Run: ``.venv/bin/python -m bench.bench_tokens`` (the bench extra: ``pip install -e .[bench]``).
 """
 
@@ -43,6 +47,10 @@ SIZES = (10, 100, 1_000)
 PLAYWRIGHT_REFERENCE = {10: 1_076, 100: 9_129, 1_000: 92_687}
 GOAL_RATIO = 0.5
 GOAL_DIFF = 0.10
+#: Issue 21: the MCP tools list, every property described, in at most this many cl100k tokens.
+GOAL_MCP_TOOLS = 700
+#: The default desktop's apps (config.DesktopConfig.apps).
+DEFAULT_APPS = ("system/chat", "system/thoughts", "notes", "files")
 CHAT = "app_0"
 
 
@@ -180,6 +188,45 @@ def _playwright_tokens(size: int, encoder: Any) -> int:
         shutil.rmtree(page.parent, ignore_errors=True)
 
 
+def mcp_tools_json() -> str:
+    """``tools/list``'s result from ``aotui mcp`` on a fresh default desktop, as sent (JSON)."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    desktop = Desktop([ROOT / "apps" / app for app in DEFAULT_APPS])
+    where = ["--desktop", "bench", "--socket", str(desktop.tmp / "run")]
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "aotui.supervisor", "mcp", *where]
+    )
+    listed: list[str] = []
+
+    async def main() -> None:
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.list_tools()
+            listed.append(result.model_dump_json(by_alias=True, exclude_none=True))
+
+    try:
+        anyio.run(main)
+    finally:
+        desktop.close()
+    return listed[0]
+
+
+def mcp_tools_tokens(text: str, encoder: Any) -> tuple[int, list[str]]:
+    """The tokens of a ``tools/list`` JSON and the properties that have no description."""
+    import json
+
+    bare = [
+        f"{tool['name']}.{name}"
+        for tool in json.loads(text)["tools"]
+        for name, schema in tool["inputSchema"].get("properties", {}).items()
+        if not schema.get("description")
+    ]
+    return len(encoder.encode(text)), bare
+
+
 def run() -> dict[str, float]:
     """Print the token table; returns its figures."""
     encoders = _encoders()
@@ -225,6 +272,14 @@ def run() -> dict[str, float]:
     print(
         f"System Instructions, once per session: {figures['tokens_instructions_once']:,.0f} tokens"
     )
+    tokens, bare = mcp_tools_tokens(mcp_tools_json(), encoders["cl100k"])
+    tools_ok = "PASS" if tokens <= GOAL_MCP_TOOLS and not bare else "MISS"
+    print(
+        f"MCP tools/list (fresh default desktop): {tokens} tokens cl100k, goal <= "
+        f"{GOAL_MCP_TOOLS} with every property described "
+        f"({'all described' if not bare else 'undescribed: ' + ', '.join(bare)}): {tools_ok}"
+    )
+    figures["tokens_mcp_tools"] = tokens
     if remeasure:
         print("Playwright's side re-measured here (chromium and @playwright/mcp found).")
     else:

@@ -87,12 +87,12 @@ def serving(desktop: RunningDesktop, address: str, *extra: str) -> Iterator[Serv
 def raw_call(
     served: Served, session_id: str, version: str, headers: dict[str, str], arguments: Any
 ) -> httpx.Response:
-    """A ``tools/call`` of ``execute`` in the live session ``session_id``, sent as raw HTTP."""
+    """A ``tools/call`` of ``call_operation`` in the live session ``session_id``, sent as raw HTTP."""
     body = {
         "jsonrpc": "2.0",
         "id": 99,
         "method": "tools/call",
-        "params": {"name": "execute", "arguments": arguments},
+        "params": {"name": "call_operation", "arguments": arguments},
     }
     sent = {
         "Accept": "application/json, text/event-stream",
@@ -147,7 +147,7 @@ def test_a_request_without_the_right_token_is_refused_and_runs_nothing(
                 ClientSession(read, write) as session,
             ):
                 version = str((await session.initialize()).protocolVersion)
-                bumped = await session.call_tool("execute", BUMP)
+                bumped = await session.call_tool("call_operation", BUMP)
                 assert bumped.structuredContent == {"ran": 1, "results": [1]}, payload(bumped)
                 session_id = ids()
                 assert session_id is not None
@@ -278,7 +278,7 @@ def test_over_a_unix_socket_with_the_token(start_desktop: Start, tmp_path: Path)
                 ClientSession(read, write) as session,
             ):
                 version = str((await session.initialize()).protocolVersion)
-                bumped = await session.call_tool("execute", BUMP)
+                bumped = await session.call_tool("call_operation", BUMP)
                 assert bumped.structuredContent == {"ran": 1, "results": [1]}, payload(bumped)
                 session_id = ids()
                 assert session_id is not None

@@ -343,7 +343,7 @@ def test_mcp_sends_instructions_once_and_diffs_since_last(
                     "operation": "reply_message",
                     "args": {"message_to_be_replied": "message_history[0]", "content": "hey"},
                 }
-                replied = await session.call_tool("execute", reply)
+                replied = await session.call_tool("call_operation", reply)
                 assert not replied.isError, text(replied)
                 short = text(await session.call_tool("snapshot", {"max_tokens": 400}))
                 assert balanced(short)

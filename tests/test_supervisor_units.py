@@ -130,6 +130,38 @@ def test_a_lease_is_held_by_its_token_not_by_a_name(clock: FakeClock) -> None:
     assert lease.owner is None
 
 
+def test_an_idle_lease_holds_while_its_holder_works(clock: FakeClock) -> None:
+    lease = InputLease(lease_s=30, clock=clock)
+    token = lease.acquire("mcp-1", kind="mcp", idle_s=5).token
+    clock.advance(4)
+    with pytest.raises(AotuiError) as idle:
+        lease.check(None)
+    assert "'mcp-1' (an MCP session), idle; input frees in 1.0 s" in idle.value.message
+    assert idle.value.data == {"owner": "mcp-1", "kind": "mcp", "frees_in_s": 1.0}
+    working = lease.begin(token, deadline_s=20)
+    clock.advance(15)  # far past the idle time: a running command keeps it
+    with pytest.raises(AotuiError) as busy:
+        lease.acquire("other", kind="cli")
+    assert "(an MCP session), running a command now" in busy.value.message
+    assert "within 10 s at most" in busy.value.message  # 5 s of its deadline left, plus 5
+    lease.end(working)
+    clock.advance(4.9)
+    assert lease.owner == "mcp-1"
+    clock.advance(0.2)
+    assert lease.owner is None  # 5 s after its command ended, with no release or heartbeat
+    lease.check(None)
+    assert lease.begin(token, 20) is None  # an old token starts nothing
+    held = lease.acquire("cli-user", kind="cli").token
+    with pytest.raises(AotuiError) as heartbeat:
+        lease.check(None)
+    assert "(an aotui CLI user) until it releases it" in heartbeat.value.message
+    lease.release(held)
+    for bad in ({"kind": "robot"}, {"idle_s": 0}, {"idle_s": 31}):
+        with pytest.raises(AotuiError) as refused:
+            lease.acquire("x", **bad)  # type: ignore[arg-type]
+        assert refused.value.code is ErrorCode.E_INVALID_CMD
+
+
 # --- throttle -----------------------------------------------------------------------------------
 
 

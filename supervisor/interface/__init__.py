@@ -18,6 +18,7 @@
 - :mod:`~supervisor.interface.mcp_server` — ``aotui mcp`` (stdio), on the official MCP SDK,
   imported by that command only; :mod:`~supervisor.interface.mcp_http` — the same over
   streamable HTTP, behind a bearer token and Host/Origin checks;
+  :mod:`~supervisor.interface.mcp_tools` — its fixed tools;
   :mod:`~supervisor.interface.operation_tools` — its per-operation tools.
 
 Arrows point one way: these modules use the

@@ -537,7 +537,7 @@ def cmd_acquire(args: argparse.Namespace) -> int:
     """Take the input lease for OWNER (or renew it with --token); prints its token."""
     token = _reader(args).get("token")
     with _client(args) as client:
-        result = client.call("acquire", owner=args.owner, token=token)
+        result = client.call("acquire", owner=args.owner, token=token, kind="cli")
     if args.quiet and not args.json:
         print(result["token"])  # export AOTUI_LEASE_TOKEN=$(aotui acquire me --quiet)
         return 0
@@ -575,8 +575,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         from aotui.supervisor.interface.mcp_http import parse_address, serve_http
 
         address = parse_address(args.http)
-    with _client(args, timeout_s=5) as client:
-        client.ping()  # fail at once, with exit 69, when no desktop answers
+    # Served whether or not the desktop is up: a client shown only "Connection closed" learns
+    # nothing, so each tool call answers E_UNAVAILABLE with how to start it until it answers.
     per_operation = args.tools == "per-operation"
     if address is None:
         anyio.run(serve_stdio, args.desktop, args.socket, per_operation)

@@ -226,11 +226,23 @@ class Client:
             params["command"] = command
         return self.call("execute", **params)
 
-    def acquire(self, owner: str | None = None, heartbeat: bool = True) -> float:
-        """Take the input lease (renewed by a background heartbeat until :meth:`release`)."""
+    def acquire(
+        self,
+        owner: str | None = None,
+        heartbeat: bool = True,
+        kind: str = "python",
+        idle_s: float | None = None,
+    ) -> float:
+        """Take the input lease (renewed by a background heartbeat until :meth:`release`).
+
+        ``kind`` is what ``E_LOCKED`` tells others this client is (``python``, ``cli``,
+        ``mcp``); with ``idle_s`` (and ``heartbeat=False``) the lease frees that long after
+        this client's last command, so call ``acquire`` again before each burst of commands.
+        """
         self.owner = owner or self.owner or f"client-{os.getpid()}"
         held = self.lease_token if self._holds_lease else None
-        granted = self.call("acquire", owner=self.owner, token=held)
+        extra: dict[str, Any] = {} if idle_s is None else {"idle_s": idle_s}
+        granted = self.call("acquire", owner=self.owner, token=held, kind=kind, **extra)
         lease_s: float = granted["lease_s"]
         self.lease_token = granted["token"]
         self.lease_error = None

@@ -1,11 +1,15 @@
 """``aotui mcp``: one desktop as an MCP server (stdio; streamable HTTP in :mod:`.mcp_http`).
 
-Built on the official ``mcp`` SDK's low-level server. Tools ``snapshot``, ``exec``, ``execute``,
-``wait`` and ``status``; resources ``aotui://NAME/snapshot`` and ``aotui://NAME/status``, with a
-resource-updated notification to subscribers on every desktop signal. Each MCP session has its
-own desktop client: its own snapshot id (refs resolve against what *it* read) and, from its first
-``exec``/``execute``, the input lease. Errors come back as tool results with ``isError`` and
-``{code, message, recoverable}``, so the model can recover.
+Built on the official ``mcp`` SDK's low-level server. Tools ``snapshot``, ``run_commands``,
+``call_operation``, ``wait`` and ``status`` (:mod:`.mcp_tools`); resources
+``aotui://NAME/snapshot`` (and the template ``aotui://NAME/snapshot/{app}``),
+``aotui://NAME/status`` and ``aotui://NAME/instructions``, with a resource-updated notification to
+subscribers on every desktop signal. Each MCP session has its own desktop client: its own snapshot
+id (refs resolve against what *it* read). It takes the input lease with each command and keeps it
+only :data:`~.mcp_tools.IDLE_S` after its last one (server/lease.py), so a connected, idle session
+keeps nobody out. Errors come back as tool results with ``isError`` and ``{code, message,
+recoverable}``, so the model can recover; a desktop that is not up is such an error
+(``E_UNAVAILABLE``, saying how to start it), and the server uses the desktop once it answers.
 
 Imported only by the ``mcp`` command: the SDK costs start-up time no other command should pay.
 """
@@ -24,6 +28,7 @@ import mcp.types as types
 import zmq
 import zmq.asyncio
 from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.session import ServerSession
 from pydantic import AnyUrl
 
@@ -31,94 +36,13 @@ from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Signal
 from aotui.supervisor.desktop.instructions import SYSTEM_INSTRUCTIONS
-from aotui.supervisor.interface.client import Client
+from aotui.supervisor.interface.client import Client, DesktopUnavailable
+from aotui.supervisor.interface.mcp_tools import IDLE_S, INSTRUCTIONS, TOOLS, WAIT_REASON_DEFAULT
 from aotui.supervisor.interface.operation_tools import OperationTool, operation_tools
 
-__all__ = ["DesktopMcp", "running", "serve_stdio"]
+__all__ = ["TOOLS", "DesktopMcp", "running", "serve_stdio"]
 
-_OBJECT = "object"
-TOOLS = [
-    types.Tool(
-        name="snapshot",
-        description=(
-            "Read the desktop as Markdown (what you act on). Optionally only one app's block "
-            "(app: app_N) or one of its views (view: view_N); since: \"last\" for only what "
-            "changed since your previous read (unchanged blocks left out, gone ids listed); "
-            "max_tokens to keep it short (what you touched longest ago is shortened, marked). "
-            "Refs like notes[1] in a later exec/execute mean what your reads showed."
-        ),
-        inputSchema={
-            "type": _OBJECT,
-            "properties": {
-                "app": {"type": "string"},
-                "view": {"type": "string"},
-                "since": {"type": "string"},
-                "max_tokens": {"type": "integer", "minimum": 200},
-            },
-            "additionalProperties": False,
-        },
-    ),
-    types.Tool(
-        name="exec",
-        description=(
-            "Run commands written as <context> blocks, e.g. "
-            '<context app_id="app_2" view_id="view_0">execute add_note --title T --text hi'
-            "</context>. Several run in order; the first failure stops the rest."
-        ),
-        inputSchema={
-            "type": _OBJECT,
-            "properties": {"text": {"type": "string"}},
-            "required": ["text"],
-            "additionalProperties": False,
-        },
-    ),
-    types.Tool(
-        name="execute",
-        description="Run one operation in its structured form (app, view, operation, args).",
-        inputSchema={
-            "type": _OBJECT,
-            "properties": {
-                "app": {"type": "string"},
-                "view": {"type": "string"},
-                "operation": {"type": "string"},
-                "args": {"type": "object"},
-            },
-            "required": ["app", "view", "operation"],
-            "additionalProperties": False,
-        },
-    ),
-    types.Tool(
-        name="wait",
-        description=(
-            "Block until one condition holds: a signal reason, a text appearing (or with "
-            "gone: true, disappearing) in an app's views, or quiet_ms without a change; or "
-            "confirmation: C1 for the outcome of an operation that waits for the user (its "
-            "result, or its error: E_PERMISSION when the user refused)."
-        ),
-        inputSchema={
-            "type": _OBJECT,
-            "properties": {
-                "reason": {"type": "string"},
-                "text": {"type": "string"},
-                "app": {"type": "string"},
-                "view": {"type": "string"},
-                "gone": {"type": "boolean"},
-                "quiet_ms": {"type": "integer", "minimum": 0},
-                "confirmation": {"type": "string"},
-                "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
-            },
-            "additionalProperties": False,
-        },
-    ),
-    types.Tool(
-        name="status",
-        description=(
-            "The desktop's apps: state, pid, memory, CPU, restarts, last exit; and the "
-            "operations waiting for the user's confirmation (confirmations)."
-        ),
-        inputSchema={"type": _OBJECT, "properties": {}, "additionalProperties": False},
-    ),
-]
+_MARKDOWN, _JSON = "text/markdown", "application/json"
 
 
 class DesktopMcp:
@@ -131,9 +55,12 @@ class DesktopMcp:
         self.per_operation = per_operation
         self._operation_tools: dict[int, dict[str, OperationTool]] = {}
         # The System Instructions go once, as the server's instructions, not in every read.
-        instructions = f"{_INSTRUCTIONS}\n\n{SYSTEM_INSTRUCTIONS}"
-        self.server: Server[Any, Any] = Server("aotui", instructions=instructions)
-        self.uris = {kind: f"aotui://{desktop}/{kind}" for kind in ("snapshot", "status")}
+        instructions = f"{INSTRUCTIONS}\n\n{SYSTEM_INSTRUCTIONS}"
+        self.server: Server[Any, Any] = Server(
+            "aotui", version=_version(), instructions=instructions
+        )
+        kinds = ("snapshot", "status", "instructions")
+        self.uris = {kind: f"aotui://{desktop}/{kind}" for kind in kinds}
         self._clients: dict[int, tuple[Client, anyio.Lock]] = {}
         self._subscribed: dict[int, tuple[ServerSession, set[str]]] = {}
         self._register()
@@ -141,7 +68,12 @@ class DesktopMcp:
     def options(self) -> Any:
         """The initialization options: tools, resources with subscriptions."""
         changes = NotificationOptions(tools_changed=self.per_operation)
-        return self.server.create_initialization_options(changes)
+        options = self.server.create_initialization_options(changes)
+        # The SDK's low-level server always says subscribe: false; ours sends the updates.
+        options.capabilities.resources = types.ResourcesCapability(
+            subscribe=True, listChanged=False
+        )
+        return options
 
     async def _pull(self, arguments: dict[str, Any] | None = None) -> str:
         """This session's pull; in per-operation mode its tools follow what it read."""
@@ -188,7 +120,15 @@ class DesktopMcp:
             self._clients[key] = (client, anyio.Lock())
         client, lock = self._clients[key]
         async with lock:
-            return await anyio.to_thread.run_sync(work, client)
+            try:
+                return await anyio.to_thread.run_sync(work, client)
+            except DesktopUnavailable as exc:
+                # The socket is asked again on the next call: a desktop started later is used.
+                raise AotuiError(
+                    ErrorCode.E_UNAVAILABLE,
+                    f"{exc.message}; this MCP server stays up and uses the desktop once it "
+                    f"answers: start it, then call the tool again",
+                ) from None
 
     def close(self) -> None:
         """Release every session's lease and close its client."""
@@ -206,7 +146,12 @@ class DesktopMcp:
         async def list_tools() -> list[types.Tool]:
             mine = self._operation_tools.get(id(self._session()), {})
             return TOOLS + [
-                types.Tool(name=t.name, description=t.description, inputSchema=t.input_schema)
+                types.Tool(
+                    name=t.name,
+                    description=t.description,
+                    inputSchema=t.input_schema,
+                    annotations=types.ToolAnnotations(destructiveHint=True) if t.confirm else None,
+                )
                 for t in mine.values()
             ]
 
@@ -228,28 +173,34 @@ class DesktopMcp:
 
         @server.list_resources()  # type: ignore[no-untyped-call, untyped-decorator]
         async def list_resources() -> list[types.Resource]:
+            named = f"the desktop {self.desktop!r}"
+            listed = (
+                ("snapshot", f"{named} as the agent reads it", _MARKDOWN),
+                ("status", f"apps of {named}: state, pid, memory", _JSON),
+                ("instructions", f"the System Instructions of {named}", _MARKDOWN),
+            )
             return [
                 types.Resource(
-                    uri=AnyUrl(self.uris["snapshot"]),
-                    name="snapshot",
-                    description=f"The desktop {self.desktop!r} as the agent reads it",
-                    mimeType="text/markdown",
-                ),
-                types.Resource(
-                    uri=AnyUrl(self.uris["status"]),
-                    name="status",
-                    description=f"Apps of the desktop {self.desktop!r}: state, pid, memory",
-                    mimeType="application/json",
-                ),
+                    uri=AnyUrl(self.uris[kind]), name=kind, description=about, mimeType=mime
+                )
+                for kind, about, mime in listed
+            ]
+
+        @server.list_resource_templates()  # type: ignore[no-untyped-call, untyped-decorator]
+        async def list_resource_templates() -> list[types.ResourceTemplate]:
+            return [
+                types.ResourceTemplate(
+                    uriTemplate=self.uris["snapshot"] + "/{app}",
+                    name="app snapshot",
+                    description="one app's block of the snapshot (app: app_0 or a manifest id)",
+                    mimeType=_MARKDOWN,
+                )
             ]
 
         @server.read_resource()  # type: ignore[no-untyped-call, untyped-decorator]
-        async def read_resource(uri: AnyUrl) -> str:
-            if str(uri) == self.uris["snapshot"]:
-                return await self._pull()
-            if str(uri) == self.uris["status"]:
-                return json.dumps(await self._call(lambda client: client.status()))
-            raise ValueError(f"no resource {uri}; known: {', '.join(self.uris.values())}")
+        async def read_resource(uri: AnyUrl) -> list[ReadResourceContents]:
+            text, mime = await self._read(str(uri))
+            return [ReadResourceContents(content=text, mime_type=mime)]
 
         @server.subscribe_resource()  # type: ignore[no-untyped-call, untyped-decorator]
         async def subscribe(uri: AnyUrl) -> None:
@@ -263,13 +214,27 @@ class DesktopMcp:
             if entry is not None:
                 entry[1].discard(str(uri))
 
+    async def _read(self, uri: str) -> tuple[str, str]:
+        """A resource's text and its listed MIME type."""
+        if uri == self.uris["snapshot"]:
+            return await self._pull(), _MARKDOWN
+        if uri == self.uris["status"]:
+            return json.dumps(await self._call(lambda client: client.status())), _JSON
+        if uri == self.uris["instructions"]:
+            return SYSTEM_INSTRUCTIONS, _MARKDOWN
+        app = uri.removeprefix(self.uris["snapshot"] + "/")
+        if app != uri and app:
+            return await self._pull({"app": app}), _MARKDOWN
+        known = ", ".join([*self.uris.values(), self.uris["snapshot"] + "/{app}"])
+        raise ValueError(f"no resource {uri}; known: {known}")
+
     async def _tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if name == "snapshot":
             return _text_result(await self._pull(arguments))
         operation = self._operation_tools.get(id(self._session()), {}).get(name)
         if operation is not None:
             name, arguments = (
-                "execute",
+                "call_operation",
                 {
                     "app": operation.app,
                     "view": operation.view,
@@ -277,12 +242,13 @@ class DesktopMcp:
                     "args": arguments,
                 },
             )
-        if name in ("exec", "execute"):
-            command: Any = arguments["text"] if name == "exec" else dict(arguments)
+        if name in ("run_commands", "call_operation"):
+            command: Any = arguments["text"] if name == "run_commands" else dict(arguments)
 
             def run(client: Client) -> Any:
-                if client.lease_token is None:
-                    client.acquire()  # the MCP session is the input-lease owner
+                # Held while this session works and IDLE_S after: an idle session keeps
+                # nobody out, and a second one takes its turn (server/lease.py).
+                client.acquire(heartbeat=False, kind="mcp", idle_s=IDLE_S)
                 return client.execute(command)
 
             return _json_result(await self._call(run))
@@ -300,7 +266,10 @@ class DesktopMcp:
                 )
             )
         if name == "wait":
-            return _json_result(await self._call(lambda client: client.wait(**arguments)))
+            condition = dict(arguments)
+            if not {"reason", "text", "quiet_ms"} & condition.keys():
+                condition["reason"] = WAIT_REASON_DEFAULT
+            return _json_result(await self._call(lambda client: client.wait(**condition)))
         if name == "status":
             return _json_result(await self._call(lambda client: client.status()))
         raise AotuiError(ErrorCode.E_NOT_FOUND, f"no tool {name!r}")
@@ -336,14 +305,18 @@ class DesktopMcp:
             context.term()
 
 
-_INSTRUCTIONS = (
-    "An aotui desktop: apps you read as Markdown (tool snapshot) and drive with commands "
-    "(tools exec and execute). Read first, then act; refs like notes[1] mean what you read."
-)
+def _version() -> str:
+    """aotui's own version, as ``serverInfo.version`` (the SDK would give its own)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aotui")
+    except PackageNotFoundError:  # a checkout run without being installed
+        return "unknown"
 
 
 def _shape(tools: dict[str, OperationTool]) -> list[tuple[str, Any]]:
-    return [(name, tool.input_schema) for name, tool in tools.items()]
+    return [(name, tool.input_schema, tool.confirm) for name, tool in tools.items()]
 
 
 def _text_result(text: str) -> types.CallToolResult:
@@ -359,8 +332,10 @@ def _json_result(result: Any) -> types.CallToolResult:
 
 
 def _pull_options(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The snapshot params of a tool call: never the System Instructions (sent once, above)."""
-    chosen = {name: arguments.get(name) for name in ("app", "view", "since", "max_tokens")}
+    """The snapshot params of a tool call: the System Instructions only when asked (the server's
+    ``instructions`` and a resource carry them, and several clients drop the former)."""
+    names = ("app", "view", "since", "max_tokens", "include_instructions")
+    chosen = {name: arguments.get(name) for name in names}
     return {"include_instructions": False} | {k: v for k, v in chosen.items() if v is not None}
 
 

@@ -35,6 +35,12 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _OTHER = re.compile(r"[^A-Za-z0-9_-]")
 _LONGEST = 64
 
+#: What a confirm-marked operation's tool says it does first.
+_ASKS = (
+    ". Asks the user first: the call answers that it waits (C1); wait with confirmation: C1 "
+    "for the outcome"
+)
+
 _JSON_TYPES = {"string": "string", "number": "number", "integer": "integer", "boolean": "boolean"}
 
 
@@ -48,6 +54,8 @@ class OperationTool:
     app: str
     view: str
     operation: str
+    #: Marked ``confirm``: a call asks the user first (the tool's ``destructiveHint``).
+    confirm: bool = False
 
 
 def tool_name(app: str, view: str, operation: str) -> str:
@@ -90,16 +98,20 @@ def operation_tools(structured: dict[str, Any]) -> list[OperationTool]:
                 properties: dict[str, Any] = {}
                 for param in schema.params:
                     properties[param.name] = _param_schema(param.type, refs)
+                    optional = " (optional)" if param.optional else ""
+                    properties[param.name].setdefault("description", f"a {param.type}{optional}")
                 required = [p.name for p in schema.params if not p.optional]
                 described = " — ".join(t for t in (op["label"], op["description"]) if t)
                 name = _distinct(tool_name(*target), used)
                 real = "" if name == "__".join(target) else f"; operation {op['id']}"
+                confirm = bool(op.get("confirm"))
+                asks = _ASKS if confirm else ""
                 used.add(name)
                 targets.add(target)
                 tools.append(
                     OperationTool(
                         name,
-                        f"{described} ({app['name']}, {view['name']}{real})"[:500],
+                        f"{described} ({app['name']}, {view['name']}{real})"[:500] + asks,
                         {
                             "type": "object",
                             "properties": properties,
@@ -107,6 +119,7 @@ def operation_tools(structured: dict[str, Any]) -> list[OperationTool]:
                             "additionalProperties": False,
                         },
                         *target,
+                        confirm,
                     )
                 )
     return tools

@@ -326,7 +326,9 @@ class RpcServer:
 
     async def _acquire(self, connection: _Connection, owner: Any, token: Any) -> Any:
         """Take the desktop's lease for ``owner``; the connection keeps the token it gets."""
-        granted = await self.supervisor.methods["acquire"]({"owner": owner, "token": token})
+        granted = await self.supervisor.methods["acquire"](
+            {"owner": owner, "token": token, "kind": "json-rpc"}
+        )
         connection.token = granted["token"]
         return granted
 

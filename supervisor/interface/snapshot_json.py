@@ -75,7 +75,13 @@ def _add_refs(block: dict[str, Any], fragment: ViewRecord | None) -> None:
         block.update(operations=[], refs={})
         return
     block["operations"] = [
-        {"id": op.op_id, "label": op.label, "description": op.description, "args": op.args}
+        {
+            "id": op.op_id,
+            "label": op.label,
+            "description": op.description,
+            "args": op.args,
+            "confirm": op.confirm,
+        }
         for op in fragment.operations
     ]
     block["refs"] = {

@@ -384,9 +384,19 @@ class Supervisor:
         self.desktop.registry.release(_text(params, "snapshot_id"))
 
     async def acquire(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Take the input lease (or renew it, presenting its ``token``); returns the token."""
+        """Take the input lease (or renew it, presenting its ``token``); returns the token.
+
+        ``kind`` names the client (``mcp``, ``cli``, ``json-rpc``, ``python``); ``idle_s`` makes
+        it a lease held only while its holder works (server/lease.py).
+        """
         owner = _text(params, "owner")
-        grant = self.lease.acquire(owner, _token(params))
+        kind = params.get("kind", "python")
+        idle_s = params.get("idle_s")
+        if not isinstance(kind, str) or not (idle_s is None or _is_number(idle_s)):
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD, "acquire: kind must be a string and idle_s a number"
+            )
+        grant = self.lease.acquire(owner, _token(params), kind, idle_s)
         return {"lease_s": grant.lease_s, "token": grant.token, "owner": owner}
 
     async def heartbeat(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -435,9 +445,13 @@ class Supervisor:
                 {"outcome": "not applied", "in_flight": self.in_flight},
             )
         self.in_flight += 1
+        # While its commands run the lease holds, whatever its idle time (server/lease.py).
+        longest = max(self.config.start_timeout_ms, self.config.operation_timeout_ms)
+        working = self.lease.begin(_token(params), len(commands) * longest / 1000)
         try:
             return await self._run_all(commands, refs)
         finally:
+            self.lease.end(working)
             self.in_flight -= 1
 
     async def _run_all(self, commands: list[Command], refs: RefTable | None) -> dict[str, Any]:
@@ -640,6 +654,10 @@ def _optional_text(params: dict[str, Any], name: str) -> str | None:
             f"parameter {name!r} must be a string, not {type(value).__name__}",
         )
     return value or None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _token(params: dict[str, Any]) -> str | None:
