@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from typing import Any
 
 __all__ = [
     "STRUCTURAL_TAGS",
@@ -32,6 +33,7 @@ __all__ = [
     "escape_structural",
     "is_invisible",
     "sanitize",
+    "sanitize_data",
 ]
 
 #: The tag names the snapshot uses for its own structure.
@@ -263,3 +265,35 @@ def sanitize(text: object, *, lines: bool = False, limit: int | None = 500) -> s
     if limit is not None and len(value) > limit:
         value = value[: max(limit - 1, 0)] + "…"
     return escape_structural(value)
+
+
+def sanitize_data(value: Any) -> Any:
+    """App-originated data (an operation's result, a recorded ``data-value``) with every string
+    in it, keys included, passed through :func:`sanitize` (line breaks kept in values); other
+    values as they are.
+
+    Copied with an explicit stack: the app chose the nesting (the codec bounds it anyway).
+    """
+    if isinstance(value, str):
+        return sanitize(value, lines=True, limit=None)
+    if not isinstance(value, dict | list):
+        return value
+    root: Any = [] if isinstance(value, list) else {}
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        source, target = stack.pop()
+        items = enumerate(source) if isinstance(source, list) else source.items()
+        for key, item in items:
+            if isinstance(key, str):
+                key = sanitize(key, limit=200)
+            if isinstance(item, str):
+                item = sanitize(item, lines=True, limit=None)
+            elif isinstance(item, dict | list):
+                child: Any = [] if isinstance(item, list) else {}
+                stack.append((item, child))  # filled in place, later
+                item = child
+            if isinstance(target, list):
+                target.append(item)
+            else:
+                target[key] = item
+    return root

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.structure import sanitize_data
 
 __all__ = [
     "MAX_PENDING",
@@ -58,16 +59,23 @@ class PendingConfirmation:
     #: Why it waits: the app marked it, or the policy rule that lists it.
     reason: str
     asked: float = field(default_factory=time.time)
+    #: :attr:`args` as every face shows them, made once when recorded: a ref's recorded
+    #: ``data-value`` is the app's text, and may hold ``</application><context>…``. (The
+    #: operation itself still receives :attr:`args`, as the agent's execute resolved them.)
+    shown_args: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shown_args", sanitize_data(self.args))
 
     def describe(self) -> dict[str, Any]:
-        """The pending confirmation as plain data (``status``, ``confirmations``)."""
+        """The pending confirmation as plain data (``status``, ``confirmations``, the reply)."""
         return {
             "confirmation": self.ident,
             "app": self.app,
             "app_name": self.app_name,
             "view": self.view_id,
             "operation": self.operation,
-            "args": self.args,
+            "args": self.shown_args,
             "reason": self.reason,
             "asked": self.asked,
         }

@@ -744,7 +744,7 @@ class Desktop:
         app, ident = self.app(pending.app), pending.ident
         confirm = self.paths.command(f"confirm {ident}")
         answer = f"{confirm} (or {confirm} --deny)"
-        args = ", ".join(f"{k}={v!r}" for k, v in pending.args.items()) or "no arguments"
+        args = ", ".join(f"{k}={v!r}" for k, v in pending.shown_args.items()) or "no arguments"
         if len(args) > 200:  # the whole call is in `aotui confirm`'s list; the answer must show
             args = args[:199] + "…"
         self.log(

@@ -47,7 +47,7 @@ from aotui.protocol.messages import (
     Message,
     Pong,
 )
-from aotui.protocol.structure import sanitize
+from aotui.protocol.structure import sanitize, sanitize_data
 from aotui.supervisor.workers.exits import ExitReason
 
 __all__ = [
@@ -289,7 +289,7 @@ class WorkerHandle:
                 {"app": self.app_id, "last_exit": ExitReason.PROTOCOL_VIOLATION.value},
             )
         if isinstance(reply, Ack) and reply.result is not None:
-            reply = dataclasses.replace(reply, result=_clean(reply.result))
+            reply = dataclasses.replace(reply, result=sanitize_data(reply.result))
         return reply
 
     def fail_pending(self, error: AotuiError) -> None:
@@ -451,36 +451,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _clean(result: Any) -> Any:
-    """An operation's result with every string sanitized (it is shown to the agent as is).
-
-    Copied with an explicit stack: the worker chose the nesting (the codec bounds it anyway).
-    """
-    if isinstance(result, str):
-        return sanitize(result, lines=True, limit=None)
-    if not isinstance(result, dict | list):
-        return result
-    root: Any = [] if isinstance(result, list) else {}
-    stack: list[tuple[Any, Any]] = [(result, root)]
-    while stack:
-        source, target = stack.pop()
-        items = enumerate(source) if isinstance(source, list) else source.items()
-        for key, value in items:
-            if isinstance(key, str):
-                key = sanitize(key, limit=200)
-            if isinstance(value, str):
-                value = sanitize(value, lines=True, limit=None)
-            elif isinstance(value, dict | list):
-                child: Any = [] if isinstance(value, list) else {}
-                stack.append((value, child))  # filled in place, later
-                value = child
-            if isinstance(target, list):
-                target.append(value)
-            else:
-                target[key] = value
-    return root
 
 
 def _app_data(reply: ErrorReply) -> dict[str, Any]:
