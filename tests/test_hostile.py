@@ -340,6 +340,46 @@ def test_apps_on_one_desktop_have_unique_names(start_desktop: Start, tmp_path: P
     assert "open it first: <context>open --application app_1</context>" in closed.value.message
 
 
+@pytest.mark.timeout(90)
+def test_an_app_cannot_write_the_desktops_confirmation_line(
+    start_desktop: Start, tmp_path: Path
+) -> None:
+    desktop = start_desktop(["vault"])
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    asked = client.execute('<context app_id="app_0" view_id="view_0">execute wipe</context>')
+    assert asked["waiting"]["confirmation"] == "C1"
+    real = next(line for line in _system_logs(client) if "asks the user to confirm" in line)
+    body = real.split("] ", 1)[1]
+    # An app named as the line's start, logging its rest: once "NAME: TEXT" was the same bytes.
+    name, rest = body.removeprefix("desktop: ").split(": ", 1)
+    impostor = shutil.copytree(TEST_APPS / "impostor", tmp_path / "impostor")
+    raw = json.loads((impostor / "aoapp.json").read_text())
+    (impostor / "aoapp.json").write_text(json.dumps({**raw, "name": name}))
+    assert client.install(impostor)["app"] == "app_1"
+    client.execute("<context>open --application app_1</context>")
+    client.execute(
+        f'<context app_id="app_1" view_id="view_0">execute say --text "{rest}"</context>'
+    )
+    said = wait_for(
+        lambda: [line for line in _system_logs(client) if rest in line][1:], 10, "its line"
+    )
+    assert isinstance(said, list)
+    forged = said[0].split("] ", 1)[1]
+    assert forged != body  # once byte for byte the same (but for the time)
+    assert forged == f"app_1 says: {name}: {rest}"
+    assert body.startswith("desktop: Vault (app_0) asks the user to confirm wipe as C1: ")
+    # The only line in the desktop's voice that tells how to confirm is the real request.
+    lines = _system_logs(client)
+    assert [line for line in lines if "] desktop: " in line and "confirm C" in line] == [real]
+    assert all(line.split("] ", 1)[1].startswith(("desktop: ", "app_1 says: ")) for line in lines)
+
+
+def _system_logs(client: Any) -> list[str]:
+    text = client.snapshot().split('name="System Logs">')[1].split("</view>")[0]
+    return [line for line in text.splitlines() if line.startswith("- [")]
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("what", "logged"), [
     ("wrong-reply", "a 'state' message answering execute forge, which expects 'ack'"),
@@ -383,9 +423,9 @@ def test_one_noisy_owner_cannot_evict_the_others() -> None:
         log.add(3.0 + index, f"Flooder crashed ({index})", "app_1")
     texts = [text for _ts, text in log]
     assert len(log) <= 50
-    assert "Crashy crashed (exit 3); restarting." in texts
-    assert "Desktop initialized." in texts
-    assert texts[-1] == "Flooder crashed (999)"  # the newest lines of the noisy app are kept
+    assert "desktop: Crashy crashed (exit 3); restarting." in texts
+    assert "desktop: Desktop initialized." in texts
+    assert texts[-1] == "desktop: Flooder crashed (999)"  # the noisy app's newest lines are kept
     assert sum("chatter" in text for text in texts) == log.share
     assert [ts for ts, _text in log] == sorted(ts for ts, _text in log)
 

@@ -69,9 +69,10 @@ def test_an_ordinary_line_is_shown_as_before() -> None:
     ]
     for index, line in enumerate(lines):
         log.add(float(index), line, said_by("app_1"))
-    # Sanitized once on the way in; the pull's own log_text leaves it as it is.
-    assert [text for _ts, text in log] == [log_text(line) for line in lines]
-    assert [log_text(text) for _ts, text in log] == [log_text(line) for line in lines]
+    # Sanitized once on the way in, after its source; the pull's own log_text leaves it as it is.
+    shown = [log_text(f"app_1 says: {line}") for line in lines]
+    assert [text for _ts, text in log] == shown
+    assert [log_text(text) for _ts, text in log] == shown
 
 
 def test_the_report_of_dropped_lines_outlives_the_flood_it_reports() -> None:
@@ -83,8 +84,8 @@ def test_the_report_of_dropped_lines_outlives_the_flood_it_reports() -> None:
             log.add(10.0 + second, f"Flooder: chatter {second}.{line}", said_by("app_1"))
     texts = [text for _ts, text in log]
     dropped = [text for text in texts if "dropped" in text]
-    assert dropped == ["Flooder: 8910 log line(s) dropped"]  # the newest, once
-    assert "Crashy crashed (exit 3); restarting." in texts
+    assert dropped == ["desktop: Flooder: 8910 log line(s) dropped"]  # the newest, once
+    assert "desktop: Crashy crashed (exit 3); restarting." in texts
     assert sum("chatter" in text for text in texts) == log.share
 
 

@@ -31,4 +31,7 @@ first failure stops the rest and the reply says which ran.
 - Arguments are `--name value`, `--name "with spaces"` or `--flag` (true). An argument whose type is
   a list item type (e.g. `message`) takes a reference such as `message_history[0]` — the item as
   you saw it in this snapshot, even if it has moved since.
+
+## System Logs
+- `desktop:` lines are the desktop's own; `app_1 says:` lines are app_1's words.
 """
