@@ -4,7 +4,9 @@ A manifest that breaks any rule is refused with a message naming the field; an u
 string is refused, never ignored. ``name`` and ``description`` are one line of text without control
 or format characters (``name`` ≤ :data:`MAX_NAME`, ``description`` ≤ :data:`MAX_DESCRIPTION`
 characters): they reach the agent's snapshot, and a line break or a bidi override there could draw
-entries that are not the app's. Names are compared by :func:`name_key` for uniqueness.
+entries that are not the app's. Names are compared by :func:`names_clash` for uniqueness: by
+their confusable skeletons (Unicode TR 39, :mod:`supervisor.confusables`), so a name that reads
+as another app's ("СhatWіthUser" with a Cyrillic С and і) is that name.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import DEFAULT_IGNORABLE
+from aotui.supervisor.confusables import skeleton
 from aotui.supervisor.workers.restart import RestartPolicy
 
 __all__ = [
@@ -27,7 +30,8 @@ __all__ = [
     "Manifest",
     "Permission",
     "load_manifest",
-    "name_key",
+    "name_keys",
+    "names_clash",
     "parse_permission",
 ]
 
@@ -97,9 +101,23 @@ def _refuse(path: Path, field: str, problem: str) -> AotuiError:
     )
 
 
-def name_key(name: str) -> str:
-    """What two names must not share on one desktop: "Chat", "chat" and "Ｃｈａｔ" are one name."""
-    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+def name_keys(name: str) -> tuple[str, str]:
+    """What a name reads as: two names that share either key are one name on a desktop.
+
+    Both are confusable skeletons of the NFKC form, whitespace collapsed; case is folded in two
+    ways, as TR 39 leaves case alone and each way loses what the other keeps: upper case first
+    keeps the capitals' confusables ("СНАТ" in Cyrillic is "CHAT", so is "chat"), lower case
+    first the small letters' ("rn" reads as "m" only in lower case; "I" would turn into "l").
+    """
+    text = unicodedata.normalize("NFKC", name)
+    upper = skeleton(text.upper())
+    lower = skeleton(text.casefold()).casefold()
+    return " ".join(upper.split()), " ".join(lower.split())
+
+
+def names_clash(one: str, other: str) -> bool:
+    """Whether an agent could take one name for the other ("Chat", "chat", "Ｃｈａｔ", "Сhаt")."""
+    return any(a == b for a, b in zip(name_keys(one), name_keys(other), strict=True))
 
 
 def _one_line(path: Path, field: str, value: object, limit: int, required: bool) -> str:

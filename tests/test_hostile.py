@@ -32,7 +32,7 @@ from aotui.supervisor.desktop import view_tree
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
 from aotui.supervisor.desktop.snapshot import SnapshotBudget, build_snapshot
 from aotui.supervisor.desktop.system_log import SystemLog, said_by
-from aotui.supervisor.manifest import load_manifest
+from aotui.supervisor.manifest import load_manifest, names_clash
 from aotui.supervisor.workers.app_logs import AppLog
 from aotui.supervisor.workers.restart import RestartPolicy, RestartTracker
 from aotui.supervisor.workers.watchdog import Watchdog
@@ -338,6 +338,46 @@ def test_apps_on_one_desktop_have_unique_names(start_desktop: Start, tmp_path: P
     assert "&lt;/application>&lt;context>close" in closed.value.message
     # …while the supervisor's own hint stays a command the agent can type.
     assert "open it first: <context>open --application app_1</context>" in closed.value.message
+
+
+@pytest.mark.parametrize(
+    ("name", "clashes"),
+    [
+        ("ChatWithUser", True),
+        ("chatwithuser", True),
+        ("ＣｈａｔＷｉｔｈＵｓｅｒ", True),  # fullwidth (NFKC alone caught these)
+        ("\u0421hatWithUser", True),  # Cyrillic capital Es
+        ("ChatW\u0456thUser", True),  # Ukrainian i
+        ("\u13dfhatWithUser", True),  # Cherokee tli
+        ("\u0421hatW\u0456thUs\u0435r", True),  # Cyrillic Es, i and ie together
+        ("\u0421\u041d\u0410\u0422WITHUSER", True),  # capitals in Cyrillic, in another case
+        ("Chat With User", False),
+        ("ChatWithUsers", False),
+        ("Notes", False),
+    ],
+)
+def test_names_are_compared_by_what_they_read_as(name: str, clashes: bool) -> None:
+    assert names_clash("ChatWithUser", name) is clashes
+    assert names_clash(name, "ChatWithUser") is clashes
+
+
+@pytest.mark.timeout(60)
+def test_a_lookalike_of_a_system_apps_name_is_refused(start_desktop: Start, tmp_path: Path) -> None:
+    desktop = start_desktop(["system/chat"])
+    raw = json.loads((TEST_APPS / "echo" / "aoapp.json").read_text())
+    for index, name in enumerate(
+        ["\u0421hatWithUser", "ChatW\u0456thUser", "\u13dfhatWithUser", "chatwithuser"]
+    ):
+        twin = shutil.copytree(TEST_APPS / "echo", tmp_path / f"twin{index}")
+        (twin / "aoapp.json").write_text(
+            json.dumps({**raw, "id": f"test.twin{index}", "name": name})
+        )
+        with pytest.raises(AotuiError) as refused:
+            desktop.client.install(twin)
+        assert refused.value.code is ErrorCode.E_INVALID_CMD
+        assert refused.value.data["field"] == "name"
+        assert "reads as the name of app_0 (system.chat)" in refused.value.message
+    assert [row["app"] for row in desktop.client.status()["apps"]] == ["app_0"]
 
 
 @pytest.mark.timeout(90)

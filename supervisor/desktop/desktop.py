@@ -46,7 +46,7 @@ from aotui.supervisor.desktop.snapshot_diff import SeenBlocks
 from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.system_log import SystemLog
 from aotui.supervisor.desktop.view_tree import ViewRecord
-from aotui.supervisor.manifest import Manifest, load_manifest, name_key
+from aotui.supervisor.manifest import Manifest, load_manifest, names_clash
 from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
 from aotui.supervisor.server.registry import RefTableSharing, SnapshotRegistry
 from aotui.supervisor.store.budget import DataBudget
@@ -458,13 +458,14 @@ class Desktop:
                     f"{manifest.id} is already installed as {app.app_id}",
                     {"app": app.app_id},
                 )
-            if name_key(app.name) == name_key(manifest.name):
+            if names_clash(app.manifest.name, manifest.name):
                 # Two apps the agent cannot tell apart could pose as each other.
                 raise AotuiError(
                     ErrorCode.E_INVALID_CMD,
-                    f"{manifest.app_dir / 'aoapp.json'}: field 'name' ({manifest.name!r}) is "
-                    f"already the name of {app.app_id} ({app.manifest.id}); names are unique "
-                    f"on a desktop: rename the app",
+                    f"{manifest.app_dir / 'aoapp.json'}: field 'name' ({manifest.name!r}) reads "
+                    f"as the name of {app.app_id} ({app.manifest.id}); names are unique on a "
+                    f"desktop as an agent reads them (case, compatibility forms and look-alike "
+                    f"letters of other scripts do not make another name): rename the app",
                     {"app": app.app_id, "field": "name"},
                 )
         record = self._record(f"app_{self.next_app}", manifest)
