@@ -184,7 +184,9 @@ def _start_failures(client: Client) -> list[str]:
     # Only the System Logs view: an app's own text cannot pose as a start failure.
     logs = re.search(r'<view id="view_\d+" name="System Logs">\n(.*?)\n</view>', markdown, re.S)
     lines = logs.group(1).splitlines() if logs else []
-    return [line.removeprefix("- ") for line in lines if "] Could not open " in line]
+    # The desktop's own lines carry its source marker (System Logs: "desktop: …").
+    marks = ("] Could not open ", "] desktop: Could not open ")
+    return [line.removeprefix("- ") for line in lines if any(m in line for m in marks)]
 
 
 def _report_start_failures(failures: list[str], then: str) -> int:
