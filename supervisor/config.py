@@ -16,12 +16,10 @@ from typing import Any
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.controls import AppPolicy, parse_policy
 from aotui.supervisor.desktop.snapshot import SnapshotBudget
+from aotui.supervisor.manifest import BUNDLED_APPS_DIR, LimitCeilings
 from aotui.supervisor.workers.restart import RestartPolicy
 
-__all__ = ["BUNDLED_APPS_DIR", "DesktopConfig", "Limits", "load_config"]
-
-#: The apps shipped with aotui (``apps/`` at the top of the source tree).
-BUNDLED_APPS_DIR = Path(__file__).resolve().parent.parent / "apps"
+__all__ = ["BUNDLED_APPS_DIR", "DesktopConfig", "LimitCeilings", "Limits", "load_config"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +48,9 @@ class DesktopConfig:
     )
     #: Default limits for apps whose manifest does not say.
     limits: Limits = field(default_factory=Limits)
+    #: The most a manifest's limits may ask for (lowered to what the machine has); an app
+    #: asking more is refused at install.
+    max_limits: LimitCeilings = field(default_factory=LimitCeilings)
     #: Milliseconds an operation handler may run before the agent gets ``E_TIMEOUT``.
     operation_timeout_ms: int = 5000
     #: Milliseconds a worker may take from launch to its first fragment.
@@ -101,6 +102,9 @@ class DesktopConfig:
     #: Agent commands (execute requests) in flight at once on this desktop; beyond it a new one
     #: is refused with ``E_RATE_LIMITED`` (seed 004: two).
     max_in_flight: int = 2
+    #: Seconds a ``rpc.sock`` connection with no request running (and not subscribed to events)
+    #: stays open; then it is told ``E_TIMEOUT`` and closed.
+    rpc_idle_timeout_s: float = 60.0
     #: Per-app operation policies (``[policy."<manifest id>"]``: allow, deny, confirm).
     policy: tuple[AppPolicy, ...] = ()
 
@@ -128,6 +132,11 @@ class DesktopConfig:
         """An app directory from the config: absolute, or relative to the bundled apps."""
         path = Path(entry).expanduser()
         return path if path.is_absolute() else BUNDLED_APPS_DIR / path
+
+    def system_app_dirs(self) -> frozenset[Path]:
+        """The app directories this config lists: the apps that may say ``"system": true``
+        besides the bundled system apps (anyone else's is refused)."""
+        return frozenset(self.resolve_app_dir(entry).resolve() for entry in self.apps)
 
 
 def _check(name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
@@ -169,16 +178,29 @@ def _read_toml(path: str | Path) -> dict[str, Any]:
         raise AotuiError(ErrorCode.E_INVALID_CMD, f"config {path} is not TOML: {exc}") from exc
 
 
+def _positive_ints(key: str, value: Any, names: set[str]) -> dict[str, int]:
+    """A table of known names, each a positive integer."""
+    _check(key, value, dict)
+    for name, number in value.items():
+        if name not in names:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"unknown limit {name!r} in [{key}]; known: {', '.join(sorted(names))}",
+            )
+        if _check(f"{key}.{name}", number, int) <= 0:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"config key {key}.{name} must be positive")
+    return dict(value)
+
+
 def _limits(value: Any) -> Limits:
     """The ``limits`` table: known names only, each a positive integer."""
-    _check("limits", value, dict)
-    limit_names = {f.name for f in fields(Limits)}
-    for name, number in value.items():
-        if name not in limit_names:
-            raise AotuiError(ErrorCode.E_INVALID_CMD, f"unknown limit {name!r}")
-        if _check(f"limits.{name}", number, int) <= 0:
-            raise AotuiError(ErrorCode.E_INVALID_CMD, f"limit {name} must be positive")
-    return Limits(**value)
+    return Limits(**_positive_ints("limits", value, {f.name for f in fields(Limits)}))
+
+
+def _max_limits(value: Any) -> LimitCeilings:
+    """The ``max_limits`` table: known names only, each a positive integer."""
+    names = {f.name for f in fields(LimitCeilings)}
+    return LimitCeilings(**_positive_ints("max_limits", value, names))
 
 
 def _apps(value: Any) -> tuple[str, ...]:
@@ -190,6 +212,7 @@ def _apps(value: Any) -> tuple[str, ...]:
 #: Keys whose value is a structure, each with its own parser; the rest are scalars.
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "limits": _limits,
+    "max_limits": _max_limits,
     "policy": parse_policy,
     "apps": _apps,
 }
@@ -208,6 +231,14 @@ def _scalar(key: str, value: Any, default: Any) -> Any:
 def _check_whole(config: DesktopConfig) -> None:
     """Refuse what only the whole config shows to be wrong."""
     config.restart_policy()  # refuse a bad restart_mode now, not at the first crash
+    ceilings = config.max_limits.on_this_machine()
+    for limit in fields(Limits):
+        value, (most, why) = getattr(config.limits, limit.name), ceilings[limit.name]
+        if value > most:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"config key 'limits.{limit.name}' is {value}, over its ceiling {most} ({why})",
+            )
     if config.snapshot_max_bytes > 3 << 20:
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,

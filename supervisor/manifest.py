@@ -7,14 +7,22 @@ characters): they reach the agent's snapshot, and a line break or a bidi overrid
 entries that are not the app's. Names are compared by :func:`names_clash` for uniqueness: by
 their confusable skeletons (Unicode TR 39, :mod:`supervisor.confusables`), so a name that reads
 as another app's ("СhatWіthUser" with a Cyrillic С and і) is that name.
+
+Only the desktop's own apps may be system apps (they cannot be closed or uninstalled): those
+bundled in ``apps/system/`` and those its config lists (``system_dirs``); anyone else's
+``"system": true`` is refused. Each limit is refused above :class:`LimitCeilings` (the desktop
+config's ``[max_limits]``, lowered to what the machine has): a ``pids`` of 10⁹ would lift the
+task cgroup and ``RLIMIT_NPROC`` above ``pid_max``, and 2⁶⁴ fails only when the app is opened.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -24,9 +32,11 @@ from aotui.supervisor.confusables import skeleton
 from aotui.supervisor.workers.restart import RestartPolicy
 
 __all__ = [
+    "BUNDLED_APPS_DIR",
     "MANIFEST_NAME",
     "MAX_DESCRIPTION",
     "MAX_NAME",
+    "LimitCeilings",
     "Manifest",
     "Permission",
     "load_manifest",
@@ -34,6 +44,10 @@ __all__ = [
     "names_clash",
     "parse_permission",
 ]
+
+#: The apps shipped with aotui (``apps/`` at the top of the source tree); those in its
+#: ``system/`` folder are the desktop's own system apps.
+BUNDLED_APPS_DIR = Path(__file__).resolve().parent.parent / "apps"
 
 MANIFEST_NAME = "aoapp.json"
 #: Longest app name, in characters (CONTRACT §2).
@@ -60,7 +74,60 @@ _FIELDS = {
     "limits",
     "restart",
 }
-_LIMITS = {"memory_mb", "cpu_percent", "pids", "open_files", "file_size_mb"}
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class LimitCeilings:
+    """The most a manifest's ``limits`` may ask for (the desktop config's ``[max_limits]``)."""
+
+    #: Memory in MiB (never above the machine's).
+    memory_mb: int = 65536
+    #: CPU in percent of one core (never above 100 per core of the machine).
+    cpu_percent: int = 6400
+    #: Tasks (processes and threads; never above ``pid_max``).
+    pids: int = 4096
+    #: Open file descriptors (never above ``nr_open``).
+    open_files: int = 65536
+    #: Largest file the app may write, in MiB.
+    file_size_mb: int = 65536
+
+    def on_this_machine(self) -> dict[str, tuple[int, str]]:
+        """Each limit's ceiling here, with what sets it: the config's, or less if the machine
+        has less (its memory, 100 % per core, ``pid_max``, ``nr_open``)."""
+        machine: dict[str, tuple[int | None, str]] = {
+            "memory_mb": (_physical_memory_mb(), "this machine's memory"),
+            "cpu_percent": (100 * (os.cpu_count() or 1), "100 per CPU core of this machine"),
+            "pids": (_proc_number("/proc/sys/kernel/pid_max"), "this machine's pid_max"),
+            "open_files": (_proc_number("/proc/sys/fs/nr_open"), "this machine's nr_open"),
+            "file_size_mb": ((1 << 63) // _MIB - 1, "the largest file size Linux can limit"),
+        }
+        ceilings: dict[str, tuple[int, str]] = {}
+        for limit in fields(self):
+            ceiling = (getattr(self, limit.name), f"max_limits.{limit.name} of the desktop config")
+            most, why = machine.get(limit.name, (None, ""))
+            if most is not None and most < ceiling[0]:
+                ceiling = (most, why)
+            ceilings[limit.name] = ceiling
+        return ceilings
+
+
+def _physical_memory_mb() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // _MIB
+    except (OSError, ValueError):
+        return None
+
+
+def _proc_number(path: str) -> int | None:
+    try:
+        with open(path) as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+_LIMITS = {limit.name for limit in fields(LimitCeilings)}
 
 
 @dataclass(frozen=True)
@@ -169,8 +236,18 @@ def parse_permission(text: str) -> Permission:
     )
 
 
-def load_manifest(app_dir: str | Path) -> Manifest:
-    """Read and validate ``APP_DIR/aoapp.json``."""
+def load_manifest(
+    app_dir: str | Path,
+    *,
+    system_dirs: Collection[Path] = (),
+    ceilings: LimitCeilings | None = None,
+) -> Manifest:
+    """Read and validate ``APP_DIR/aoapp.json``.
+
+    ``system_dirs``: app directories the desktop's config lists, which may be system apps
+    besides the bundled ones; ``ceilings``: the most each limit may be (default: the defaults
+    of :class:`LimitCeilings`, lowered to this machine's).
+    """
     directory = Path(app_dir).resolve()
     path = directory / MANIFEST_NAME
     raw = _read_object(directory, path)
@@ -180,11 +257,9 @@ def load_manifest(app_dir: str | Path) -> Manifest:
     description = _one_line(
         path, "description", raw.get("description", ""), MAX_DESCRIPTION, required=False
     )
-    system = raw.get("system", False)
-    if not isinstance(system, bool):
-        raise _refuse(path, "system", "must be true or false")
+    system = _system(directory, path, raw.get("system", False), system_dirs)
     permissions = _permissions(path, raw.get("permissions", []))
-    limits = _limits(path, raw.get("limits", {}))
+    limits = _limits(path, raw.get("limits", {}), ceilings or LimitCeilings())
     restart = _restart(path, raw.get("restart", {}))
     return Manifest(
         restart=restart,
@@ -253,15 +328,40 @@ def _permissions(path: Path, value: Any) -> tuple[Permission, ...]:
     return tuple(permissions)
 
 
-def _limits(path: Path, value: Any) -> dict[str, int]:
-    """The ``limits`` object: known limits only, each a positive integer."""
+def _system(directory: Path, path: Path, value: Any, system_dirs: Collection[Path]) -> bool:
+    """``system``: true only for the desktop's own apps (bundled, or listed by its config)."""
+    if not isinstance(value, bool):
+        raise _refuse(path, "system", "must be true or false")
+    bundled = directory.parent == (BUNDLED_APPS_DIR / "system").resolve()
+    if value and not bundled and directory not in {Path(d).resolve() for d in system_dirs}:
+        raise _refuse(
+            path,
+            "system",
+            "is true, but only the desktop's own apps (bundled in aotui's apps/system/, or "
+            "listed in the desktop config's apps) may be system apps, which cannot be closed "
+            'or uninstalled: remove "system": true (or list the app in the config\'s apps)',
+        )
+    return value
+
+
+def _limits(path: Path, value: Any, ceilings: LimitCeilings) -> dict[str, int]:
+    """The ``limits`` object: known limits only, each a positive integer within its ceiling."""
     if not isinstance(value, dict):
         raise _refuse(path, "limits", "must be an object")
+    highest = ceilings.on_this_machine() if value else {}
     for name, number in value.items():
         if name not in _LIMITS:
-            raise _refuse(path, "limits", f"has unknown limit {name!r}")
+            raise _refuse(
+                path, "limits", f"has unknown limit {name!r} (known: {', '.join(sorted(_LIMITS))})"
+            )
         if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
-            raise _refuse(path, f"limits.{name}", "must be a positive integer")
+            raise _refuse(path, f"limits.{name}", f"must be a positive integer, got {number!r}")
+        most, why = highest[name]
+        if number > most:
+            shown = str(number) if number < 10**18 else f"a {len(str(number))}-digit number"
+            raise _refuse(
+                path, f"limits.{name}", f"is {shown}; at most {most} is allowed here ({why})"
+            )
     return dict(value)
 
 

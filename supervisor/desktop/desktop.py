@@ -135,7 +135,7 @@ class Desktop:
         for entry in [] if unknown else self.config.apps:
             directory = self.config.resolve_app_dir(entry)
             try:
-                if load_manifest(directory).id in installed:
+                if self.manifest(directory).id in installed:
                     continue  # restored with its data
                 record = self.install(directory)
             except AotuiError as exc:
@@ -271,7 +271,7 @@ class Desktop:
         reopen: list[tuple[AppRecord, str]] = []
         for entry in state.apps:
             try:
-                manifest = load_manifest(entry.app_dir)
+                manifest = self.manifest(entry.app_dir)
             except AotuiError as exc:
                 self.log(f"Could not restore {entry.app} ({entry.manifest_id}): {exc.message}")
                 continue
@@ -450,7 +450,7 @@ class Desktop:
         """Install the app in ``app_dir``; returns its record with the next ``app_N``."""
         if self.loaded:
             self.require_writable()
-        manifest = load_manifest(app_dir)
+        manifest = self.manifest(app_dir)
         for app in self.apps:
             if app.manifest.id == manifest.id:
                 raise AotuiError(
@@ -473,6 +473,13 @@ class Desktop:
         self.apps.append(record)
         self.log(f"Installed {manifest.name} ({manifest.id}) as {record.app_id}.")
         return record
+
+    def manifest(self, app_dir: str | Path) -> Manifest:
+        """``app_dir``'s manifest under this desktop's rules: only the apps its config lists (and
+        the bundled system apps) may be system apps; limits within its ``max_limits``."""
+        return load_manifest(
+            app_dir, system_dirs=self.config.system_app_dirs(), ceilings=self.config.max_limits
+        )
 
     def _record(self, app_id: str, manifest: Manifest) -> AppRecord:
         """A new record for an installed or restored app, with its restart policy."""
