@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
@@ -464,3 +465,41 @@ def test_the_mcp_inspector_lists_and_calls_the_tools(start_desktop: Start) -> No
     assert templates[0]["uriTemplate"] == f"aotui://{desktop.name}/snapshot/{{app}}"
     read = ask("--method", "resources/read", "--uri", f"aotui://{desktop.name}/status")
     assert read["contents"][0]["mimeType"] == "application/json"
+
+
+@pytest.mark.timeout(120)
+def test_start_starts_the_desktop_first(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    place = ["--desktop", "started", "--socket", str(run)]
+    env = {**os.environ, "AOTUI_HOME": str(tmp_path / "home")}
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "aotui.supervisor", "mcp", "--start", *place],
+        env=env,
+    )
+
+    async def main() -> None:
+        async with (
+            stdio_client(server) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            read_it = await session.call_tool("snapshot", {})
+            assert not read_it.isError, payload(read_it)
+            assert "# Installed Applications" in payload(read_it)
+            status = await session.call_tool("status", {})
+            assert status.structuredContent is not None
+            pids.append(status.structuredContent["pid"])
+
+    pids: list[int] = []
+    try:
+        anyio.run(main)
+    finally:
+        down = [sys.executable, "-m", "aotui.supervisor", "down", *place]
+        subprocess.run(down, env=env, capture_output=True, timeout=60, check=False)
+    assert pids
+    with contextlib.suppress(psutil.NoSuchProcess):
+        _gone, alive = psutil.wait_procs([psutil.Process(pids[0])], timeout=10)
+        for leftover in alive:
+            leftover.kill()
+        assert not alive, "aotui down left the started supervisor running"

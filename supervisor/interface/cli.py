@@ -577,12 +577,34 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         address = parse_address(args.http)
     # Served whether or not the desktop is up: a client shown only "Connection closed" learns
     # nothing, so each tool call answers E_UNAVAILABLE with how to start it until it answers.
+    if args.start:
+        _start_for_mcp(args)
     per_operation = args.tools == "per-operation"
     if address is None:
         anyio.run(serve_stdio, args.desktop, args.socket, per_operation)
         return 0
     anyio.run(serve_http, args.desktop, args.socket, address, per_operation)
     return 0
+
+
+def _start_for_mcp(args: argparse.Namespace) -> None:
+    """``mcp --start``: ``aotui up --detach`` for a desktop not up, its output on stderr (stdout
+    is the MCP stream); a failure is reported there and the server serves all the same."""
+    import subprocess
+
+    from aotui.supervisor.paths import is_listening
+
+    paths = DesktopPaths.for_desktop(args.desktop, args.socket)
+    if is_listening(paths.control_file):
+        return
+    words = ["up", "--detach", "--desktop", args.desktop]
+    if args.socket is not None:
+        words += ["--socket", args.socket]
+    command = [sys.executable, "-m", "aotui.supervisor", *words]
+    started = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=sys.stderr, check=False)
+    if started.returncode != 0:
+        failed = f"aotui mcp: starting the desktop failed (exit {started.returncode})"
+        print(failed, file=sys.stderr)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -932,6 +954,13 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
         choices=("fixed", "per-operation"),
         default="fixed",
         help="per-operation: also one tool per operation of the last snapshot",
+    )
+    parsers["mcp"].add_argument(
+        "--start",
+        action="store_true",
+        help="start the desktop first if it is not up (as 'aotui up --detach' with the same "
+        "--desktop and --socket); without it the server still serves and each tool answers "
+        "E_UNAVAILABLE until the desktop is up",
     )
     parsers["capabilities"].add_argument(
         "--rpc-path", action="store_true", help="print only the path of the desktop's rpc.sock"
