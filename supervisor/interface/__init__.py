@@ -10,9 +10,12 @@
   (what ``aotui up`` runs).
 - :mod:`~supervisor.interface.jsonrpc` — JSON-RPC 2.0 framing, method schemas, error mapping;
   :mod:`~supervisor.interface.rpc_server` — ``RpcServer``, the ``rpc.sock`` socket served on the
-  supervisor's event loop, bounded per peer.
+  supervisor's event loop, bounded per peer; :mod:`~supervisor.interface.rpc_connection` — one
+  peer (``SO_PEERCRED``) and ``ConnectionBook``, its budgets per process and idle timeout.
+- :mod:`~supervisor.interface.rpc_client` — the CLI's one-call client of ``rpc.sock``.
 - :mod:`~supervisor.interface.snapshot_json` — a snapshot as structured data.
-- :mod:`~supervisor.interface.waits` — ``wait_for``: until a signal, a text, or quiet.
+- :mod:`~supervisor.interface.waits` — ``wait_for``: until a signal, a text, or quiet; budgeted
+  per client.
 - :mod:`~supervisor.interface.state_transfer` — ``export`` / ``import`` of a desktop's state;
   :mod:`~supervisor.interface.plain_data` — what such a state may hold, checked without recursion.
 - :mod:`~supervisor.interface.mcp_server` — ``aotui mcp`` (stdio), on the official MCP SDK,

@@ -8,12 +8,14 @@ raised), and it reports a desktop that is gone or silent with the ZeroMQ client'
 
 When ``rpc.sock`` is absent or refuses while the control socket listens (a desktop older than
 the JSON-RPC face, or one still starting), or the desktop refuses ``as_control`` unread (older
-than it), or a request is longer than ``rpc.sock`` reads, :func:`call` raises
-:class:`RpcUnreachable` and the caller uses the ZeroMQ client.
+than it), or a request is longer than ``rpc.sock`` reads, or ``rpc.sock`` closes the connection
+unread with ``E_RATE_LIMITED`` (its connections all busy: the request did not run), :func:`call`
+raises :class:`RpcUnreachable` and the caller uses the ZeroMQ client.
 """
 
 from __future__ import annotations
 
+import contextlib  # loaded at start-up already (site imports it)
 import json
 import os
 import time
@@ -38,6 +40,8 @@ CHUNK = 1 << 16
 LINE_BYTES = 1 << 20
 #: JSON-RPC's "invalid params" (supervisor/interface/jsonrpc.py; not imported: its dataclasses).
 INVALID_PARAMS = -32602
+#: ``E_RATE_LIMITED``'s JSON-RPC code (protocol/errors.py).
+RATE_LIMITED = -32029
 
 
 class RpcUnreachable(Exception):
@@ -67,7 +71,9 @@ def call(paths: DesktopPaths, method: str, params: dict[str, Any], timeout_s: fl
             raise _unavailable(no_desktop) from None
         deadline = time.monotonic() + timeout_s
         try:
-            sock.sendall(line)
+            # Closed before our line was read: the reason is on the stream (a refusal).
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(line)
             reply = _read_line(sock, deadline)
         except (TimeoutError, OSError):
             reply = None
@@ -84,6 +90,9 @@ def call(paths: DesktopPaths, method: str, params: dict[str, Any], timeout_s: fl
     if error.get("code") == INVALID_PARAMS and "'as_control'" in str(error.get("message")):
         # A desktop from before as_control refused the call unread: the control socket answers.
         raise RpcUnreachable(f"{paths.rpc_file} does not take as_control")
+    if answer.get("id") is None and error.get("code") == RATE_LIMITED:
+        # Refused before our line was read (every connection busy): it ran nothing.
+        raise RpcUnreachable(f"{paths.rpc_file} refused the connection: {error.get('message')}")
     raise AotuiError.from_jsonrpc(error)
 
 

@@ -9,8 +9,14 @@ Every peer is assumed hostile, so each one is bounded: a line is at most
 :attr:`RpcLimits.line_bytes`; at most :attr:`RpcLimits.in_flight` requests of a connection run at
 once (past that, its socket is not read: the sender waits, not our memory); a peer that does not
 read its answers for :attr:`RpcLimits.write_timeout_s` is disconnected; its events queue is
-bounded (the oldest are dropped and counted); past :attr:`RpcLimits.connections` a new
-connection is told ``E_RATE_LIMITED`` and closed.
+bounded (the oldest are dropped and counted).
+
+A peer is the process that connected (``SO_PEERCRED``, rpc_connection.py): one process holds at
+most :attr:`RpcLimits.per_process` connections; a connection with no request running for
+:attr:`RpcLimits.idle_timeout_s` is closed (one subscribed to events is not); and when the
+desktop's :attr:`RpcLimits.connections` are all open, a newcomer is let in by closing the oldest
+idle connection of the process that holds the most, so the owner's ``aotui`` always gets in while
+any connection is idle. Its ``wait_for`` calls are that process's (waits.py budgets them).
 """
 
 from __future__ import annotations
@@ -20,9 +26,8 @@ import contextlib
 import dataclasses
 import logging
 import os
-import secrets
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import zmq
@@ -42,7 +47,13 @@ from aotui.supervisor.interface.jsonrpc import (
     parse_line,
     result_line,
 )
+from aotui.supervisor.interface.rpc_connection import (
+    ConnectionBook,
+    RpcConnection,
+    peer_credentials,
+)
 from aotui.supervisor.interface.snapshot_json import snapshot_json
+from aotui.supervisor.interface.waits import MAX_WAITS, WAITS_PER_CLIENT
 from aotui.supervisor.paths import unix_address
 
 if TYPE_CHECKING:
@@ -68,8 +79,14 @@ class RpcLimits:
     line_bytes: int = 1 << 20
     #: Requests of one connection running at once.
     in_flight: int = 8
-    #: Open connections.
+    #: Open connections of the desktop; past it, the oldest idle one of the process holding
+    #: the most is closed to let a newcomer in.
     connections: int = 256
+    #: Open connections of one process (peer pid).
+    per_process: int = 64
+    #: Seconds a connection with no request running (and not subscribed) stays open; config
+    #: key ``rpc_idle_timeout_s``.
+    idle_timeout_s: float = 60.0
     #: Seconds a peer may leave an answer unread before it is disconnected.
     write_timeout_s: float = 5.0
     #: Event notifications queued for one connection (the oldest go first).
@@ -82,54 +99,25 @@ class _BadParams(Exception):
     """A parameter the method schema could not check (its value, not its type): -32602."""
 
 
-@dataclass(eq=False)
-class _Connection:
-    """One peer: its stream, session, lease token, subscription and bounds."""
-
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    slots: asyncio.Semaphore
-    #: The connection's own session: unguessable, so no other reader can take it.
-    session: str = field(default_factory=lambda: f"#rpc-{secrets.token_hex(8)}")
-    #: The lease token this connection acquired (presented when a request gives none).
-    token: str | None = None
-    #: Reasons subscribed to (empty: all), or ``None`` when not subscribed.
-    reasons: frozenset[str] | None = None
-    events: asyncio.Queue[dict[str, Any]] | None = None
-    dropped: int = 0
-    closed: bool = False
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    events_task: asyncio.Task[None] | None = None
-
-    async def send(self, data: bytes, timeout_s: float) -> None:
-        """Write one line; a peer that does not read it in time is disconnected."""
-        async with self.write_lock:
-            if self.closed:
-                return
-            self.writer.write(data)
-            try:
-                await asyncio.wait_for(self.writer.drain(), timeout_s)
-            except (TimeoutError, ConnectionError):
-                self.abort()
-
-    def abort(self) -> None:
-        """Drop the connection now (unread answers are discarded)."""
-        self.closed = True
-        self.writer.transport.abort()
-
-
 class RpcServer:
     """The JSON-RPC face of one desktop (a :class:`~supervisor.server.process.Service`)."""
 
     def __init__(self, supervisor: Supervisor, limits: RpcLimits | None = None) -> None:
         self.supervisor = supervisor
         self.limits = limits or RpcLimits()
-        self.connections: set[_Connection] = set()
+        self.book = ConnectionBook(
+            self.limits.connections, self.limits.per_process, self.limits.idle_timeout_s
+        )
         self._server: asyncio.Server | None = None
         self._inode: int | None = None
         self._context: zmq.asyncio.Context | None = None
         self._signals: asyncio.Task[None] | None = None
+        self._idle: asyncio.Task[None] | None = None
+
+    @property
+    def connections(self) -> set[RpcConnection]:
+        """The open connections."""
+        return self.book.open
 
     def __repr__(self) -> str:
         return f"RpcServer({self.supervisor.paths.rpc_file})"
@@ -148,12 +136,14 @@ class RpcServer:
         self._inode = path.stat().st_ino
         self._context = zmq.asyncio.Context()
         self._signals = asyncio.get_running_loop().create_task(self._follow_signals())
+        self._idle = asyncio.get_running_loop().create_task(self._close_idle())
 
     async def stop(self) -> None:
         """Close every connection and remove ``rpc.sock`` (if it still is ours)."""
-        if self._signals is not None:
-            self._signals.cancel()
-            await asyncio.gather(self._signals, return_exceptions=True)
+        for task in (self._signals, self._idle):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
@@ -199,17 +189,16 @@ class RpcServer:
     # --- connections ----------------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = _Connection(reader, writer, asyncio.Semaphore(self.limits.in_flight))
-        if len(self.connections) >= self.limits.connections:
-            busy = AotuiError(
-                ErrorCode.E_RATE_LIMITED,
-                f"the desktop already serves {len(self.connections)} JSON-RPC connections (at "
-                f"most {self.limits.connections}); close one and connect again",
-            )
-            await connection.send(error_line(None, busy), 1.0)
-            connection.abort()
+        connection = RpcConnection(
+            reader, writer, asyncio.Semaphore(self.limits.in_flight), peer_credentials(writer)
+        )
+        try:
+            evicted = self.book.admit(connection)
+        except AotuiError as refused:
+            await self._close(connection, refused)
             return
-        self.connections.add(connection)
+        if evicted is not None:
+            await self._close(*evicted)
         try:
             await self._read(connection)
         except Exception:  # noqa: BLE001 - one connection's bug must not stop the server
@@ -219,14 +208,14 @@ class RpcServer:
             if answers and not connection.closed:
                 # A peer that half-closed (`echo … | socat`) still gets its answers, in bounds.
                 await asyncio.wait(answers, timeout=self.limits.finish_s)
-            self.connections.discard(connection)
+            self.book.open.discard(connection)
             for task in connection.tasks:
                 task.cancel()
             await asyncio.gather(*connection.tasks, return_exceptions=True)
             self._forget(connection)
             connection.abort()
 
-    async def _read(self, connection: _Connection) -> None:
+    async def _read(self, connection: RpcConnection) -> None:
         while not connection.closed:
             # A peer with its requests all in flight is not read: it waits, not our memory.
             await connection.slots.acquire()
@@ -245,15 +234,28 @@ class RpcServer:
             if not line.strip():
                 connection.slots.release()
                 continue
+            self.book.began(connection)
             self._spawn(connection, self._answer(connection, line))
 
-    def _spawn(self, connection: _Connection, work: Any) -> asyncio.Task[None]:
+    async def _close(self, connection: RpcConnection, why: AotuiError) -> None:
+        """Tell a peer why its connection ends (one line, id null; it ran nothing), and end it."""
+        await connection.send(error_line(None, why), 1.0)
+        connection.abort()
+
+    async def _close_idle(self) -> None:
+        """Close the connections that had no request running for the idle timeout."""
+        while True:
+            await asyncio.sleep(self.book.next_timeout_in() + 0.01)
+            for connection in self.book.idle_past_timeout():
+                await self._close(connection, self.book.timed_out())
+
+    def _spawn(self, connection: RpcConnection, work: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
         connection.tasks.add(task)
         task.add_done_callback(connection.tasks.discard)
         return task
 
-    def _forget(self, connection: _Connection) -> None:
+    def _forget(self, connection: RpcConnection) -> None:
         """A closed connection's session ends, and the lease it held is released."""
         held = self.supervisor.sessions.forget(connection.session)
         if held is not None:
@@ -263,7 +265,7 @@ class RpcServer:
             with contextlib.suppress(AotuiError):
                 self.supervisor.lease.release(connection.token)
 
-    async def _answer(self, connection: _Connection, line: bytes) -> None:
+    async def _answer(self, connection: RpcConnection, line: bytes) -> None:
         try:
             call = parse_line(line)
             if isinstance(call, RpcFailure):
@@ -288,11 +290,12 @@ class RpcServer:
                     return
             await connection.send(reply, self.limits.write_timeout_s)
         finally:
+            self.book.ended(connection)
             connection.slots.release()
 
     # --- methods --------------------------------------------------------------------------------
 
-    async def _call(self, connection: _Connection, call: RpcCall) -> Any:
+    async def _call(self, connection: RpcConnection, call: RpcCall) -> Any:
         params = call.params
         methods = self.supervisor.methods
         reader = _reader(connection, params)
@@ -313,8 +316,8 @@ class RpcServer:
                 return await self._release(connection, reader["token"])
             case "heartbeat":
                 return await methods["heartbeat"]({"token": reader["token"]})
-            case "wait_for":
-                return await methods["wait_for"](params)
+            case "wait_for":  # the process's budget of waits, whatever its connections
+                return await methods["wait_for"]({**params, "peer": f"pid:{connection.peer.pid}"})
             case "confirmations" | "confirmation":
                 return await methods[call.method](params)
             case "subscribe_events":
@@ -324,7 +327,7 @@ class RpcServer:
                 return {"subscribed": False}
         raise AotuiError(ErrorCode.E_INTERNAL, f"method {call.method} has no handler")
 
-    async def _acquire(self, connection: _Connection, owner: Any, token: Any) -> Any:
+    async def _acquire(self, connection: RpcConnection, owner: Any, token: Any) -> Any:
         """Take the desktop's lease for ``owner``; the connection keeps the token it gets."""
         granted = await self.supervisor.methods["acquire"](
             {"owner": owner, "token": token, "kind": "json-rpc"}
@@ -332,7 +335,7 @@ class RpcServer:
         connection.token = granted["token"]
         return granted
 
-    async def _release(self, connection: _Connection, token: Any) -> None:
+    async def _release(self, connection: RpcConnection, token: Any) -> None:
         """Give the lease back; the connection forgets the token if it was its own."""
         await self.supervisor.methods["release"]({"token": token})
         if token == connection.token:
@@ -352,7 +355,7 @@ class RpcServer:
             result = {**structured, **({"meta": result["meta"]} if "meta" in result else {})}
         return result
 
-    def _subscribe(self, connection: _Connection, reasons: list[Any]) -> dict[str, Any]:
+    def _subscribe(self, connection: RpcConnection, reasons: list[Any]) -> dict[str, Any]:
         unknown = [r for r in reasons if r not in SIGNAL_REASONS]
         if unknown:
             raise _BadParams(
@@ -365,7 +368,7 @@ class RpcServer:
             connection.events_task = self._spawn(connection, self._deliver_events(connection))
         return {"subscribed": sorted(reasons) or list(SIGNAL_REASONS)}
 
-    async def _deliver_events(self, connection: _Connection) -> None:
+    async def _deliver_events(self, connection: RpcConnection) -> None:
         assert connection.events is not None
         while not connection.closed:
             event = await connection.events.get()
@@ -409,11 +412,14 @@ class RpcServer:
                 "snapshot_max_bytes": self.supervisor.config.snapshot_max_bytes,
                 # Agent commands served at once on the whole desktop (seed 004).
                 "max_in_flight": self.supervisor.config.max_in_flight,
+                # wait_for calls running at once on the desktop, and of one client (waits.py).
+                "waits": MAX_WAITS,
+                "waits_per_client": WAITS_PER_CLIENT,
             },
         }
 
 
-def _reader(connection: _Connection, params: dict[str, Any]) -> dict[str, Any]:
+def _reader(connection: RpcConnection, params: dict[str, Any]) -> dict[str, Any]:
     """Who is asking: the call's own session and token, else the connection's.
 
     With ``as_control`` (the CLI) the connection has no session: as on the control socket, the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aotui.supervisor.config import DesktopConfig
-from aotui.supervisor.interface.rpc_server import RpcServer
+from aotui.supervisor.interface.rpc_server import RpcLimits, RpcServer
 from aotui.supervisor.interface.snapshot_json import snapshot_json
 from aotui.supervisor.interface.state_transfer import StateTransfer
 from aotui.supervisor.interface.waits import DesktopWaits
@@ -18,7 +18,7 @@ __all__ = ["serve_desktop"]
 async def serve_desktop(config: DesktopConfig, paths: DesktopPaths) -> None:
     """Run the desktop until shutdown, with ``rpc.sock`` and the methods these faces add."""
     supervisor = Supervisor(config, paths)
-    rpc = RpcServer(supervisor)
+    rpc = RpcServer(supervisor, RpcLimits(idle_timeout_s=config.rpc_idle_timeout_s))
     supervisor.services.append(rpc)
     supervisor.methods["get_capabilities"] = rpc.get_capabilities
     supervisor.methods["wait_for"] = DesktopWaits(supervisor).wait_for

@@ -4,6 +4,13 @@ One condition a call: a signal ``reason`` (a change with that reason after the c
 ``text`` appearing in (or, with ``gone``, disappearing from) an app's shown views, or the desktop
 being quiet (no change at all) for ``quiet_ms``. Conditions are checked on every change the
 desktop reports, before the signal throttle, so a wait answers within milliseconds.
+
+Waits are budgeted per client: a process on ``rpc.sock`` (its pid), a connection on the control
+socket (its ZeroMQ identity). One client runs at most :data:`WAITS_PER_CLIENT` at once, the
+desktop :data:`MAX_WAITS`; when those are all taken, a client holding fewer than the biggest
+holder (by two or more) still gets its wait: the biggest holder's oldest wait is ended with
+``E_RATE_LIMITED`` to make room, so clients that spread their waits over many connections cannot
+keep everyone else waiting.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
@@ -18,18 +26,29 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 if TYPE_CHECKING:
     from aotui.supervisor.server.process import Supervisor
 
-__all__ = ["DEFAULT_TIMEOUT_MS", "MAX_TIMEOUT_MS", "DesktopWaits"]
+__all__ = ["DEFAULT_TIMEOUT_MS", "MAX_TIMEOUT_MS", "MAX_WAITS", "WAITS_PER_CLIENT", "DesktopWaits"]
 
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 600_000
+#: Waits running at once on one desktop.
+MAX_WAITS = 64
+#: Waits running at once for one client (a process on rpc.sock, a control socket connection).
+WAITS_PER_CLIENT = 8
 
 
 class DesktopWaits:
-    """The ``wait_for`` method of one desktop; at most ``max_waiters`` waits at once."""
+    """The ``wait_for`` method of one desktop; at most ``max_waiters`` waits at once, and
+    ``per_client`` of one client."""
 
-    def __init__(self, supervisor: Supervisor, max_waiters: int = 64) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        max_waiters: int = MAX_WAITS,
+        per_client: int = WAITS_PER_CLIENT,
+    ) -> None:
         self.supervisor = supervisor
         self.max_waiters = max_waiters
+        self.per_client = per_client
         self.last_change = time.monotonic()
         self._waiters: set[_Waiter] = set()
         supervisor.change_listeners.append(self.changed)
@@ -52,20 +71,16 @@ class DesktopWaits:
                 "wait_for needs exactly one of reason, text (with app) or quiet_ms; "
                 f"got {', '.join(chosen) or 'none'}"
             )
-        if len(self._waiters) >= self.max_waiters:
-            raise AotuiError(
-                ErrorCode.E_RATE_LIMITED,
-                f"{len(self._waiters)} waits are running on this desktop (at most "
-                f"{self.max_waiters}); wait for one to end and retry",
-            )
         check = self._condition(chosen[0], params)
+        waiter = _Waiter(str(params.get("peer") or ""))
+        self._admit(waiter)
         started = time.monotonic()
         deadline = started + timeout_ms / 1000
-        waiter = _Waiter()
-        self._waiters.add(waiter)
         try:
             while True:
                 waiter.wake.clear()
+                if waiter.ended is not None:
+                    raise waiter.ended
                 found, pause = check(waiter)
                 if found is not None:
                     waited = round((time.monotonic() - started) * 1000)
@@ -82,6 +97,44 @@ class DesktopWaits:
                     await asyncio.wait_for(waiter.wake.wait(), min(left, pause))
         finally:
             self._waiters.discard(waiter)
+
+    def _admit(self, waiter: _Waiter) -> None:
+        """Count ``waiter`` in, within its client's budget and the desktop's (making room)."""
+        held = Counter(running.client for running in self._waiters)
+        mine = held[waiter.client]
+        who = _client_name(waiter.client)
+        if mine >= self.per_client:
+            raise AotuiError(
+                ErrorCode.E_RATE_LIMITED,
+                f"{who} already has {mine} waits running (at most {self.per_client} per client, "
+                f"{self.max_waiters} on the desktop); wait for one to end and retry",
+                {"budget": "waits_per_client", "limit": self.per_client},
+            )
+        if len(self._waiters) >= self.max_waiters:
+            most = max(held.values())
+            if mine + 1 >= most:
+                raise AotuiError(
+                    ErrorCode.E_RATE_LIMITED,
+                    f"{len(self._waiters)} waits are running on this desktop (at most "
+                    f"{self.max_waiters}; {self.per_client} per client) and {who} holds "
+                    f"{mine}; wait for one to end and retry",
+                    {"budget": "waits", "limit": self.max_waiters},
+                )
+            # The biggest holder's oldest wait makes room: its client keeps most - 1.
+            victim = min(
+                (running for running in self._waiters if held[running.client] == most),
+                key=lambda running: running.started,
+            )
+            victim.ended = AotuiError(
+                ErrorCode.E_RATE_LIMITED,
+                f"this wait was ended to make room for another client's: {self.max_waiters} "
+                f"waits were running on the desktop and {_client_name(victim.client)} held the "
+                f"most ({most}, at most {self.per_client}); wait again, or with fewer at once",
+                {"budget": "waits", "limit": self.max_waiters},
+            )
+            self._waiters.discard(victim)
+            victim.wake.set()
+        self._waiters.add(waiter)
 
     def _condition(self, kind: str, params: dict[str, Any]) -> Any:
         if kind == "reason":
@@ -122,9 +175,24 @@ class DesktopWaits:
 class _Waiter:
     """One running wait: woken on every change, with the reasons seen since it began."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: str) -> None:
+        #: Whose wait this is (the ``peer`` the face says: ``pid:N``, ``control:HEX``).
+        self.client = client
+        self.started = time.monotonic()
         self.wake = asyncio.Event()
         self.reasons: set[str] = set()
+        #: Why the wait was ended before its condition or timeout (to make room).
+        self.ended: AotuiError | None = None
+
+
+def _client_name(client: str) -> str:
+    """A client as its error says it."""
+    kind, _, name = client.partition(":")
+    if kind == "pid":
+        return f"this client (process {name} on rpc.sock)"
+    if kind == "control":
+        return f"this client (control socket connection {name[:16]})"
+    return "this client"
 
 
 def _invalid(message: str) -> AotuiError:
