@@ -221,11 +221,16 @@ def apply_layers(policy: Policy, timings: dict[str, float] | None = None) -> Lay
     _identity(policy, report)
     nproc = "uid-drop" in report.active or "userns" in report.active
     limits = policy.limits
-    report.step("rlimits", ("rlimits",), lambda: rlimits.apply_limits(limits, nproc=nproc))
+    report.step(
+        "rlimits",
+        ("rlimits",),
+        lambda: rlimits.apply_limits(limits, nproc=nproc, address_space=not policy.browser),
+    )
     report.verify("pdeathsig", namespaces.parent_death_signal() != 0, "no parent-death signal")
     report.step("no-new-privs", ("no-new-privs",), set_no_new_privs)
     _landlock(policy, report)
-    report.step("seccomp", ("seccomp",), seccomp.install)
+    # A browser worker gets the browser profile: the same tables plus what Chromium needs.
+    report.step("seccomp", ("seccomp",), lambda: seccomp.install(browser=policy.browser))
     return report
 
 

@@ -40,6 +40,7 @@ from aotui.sandbox.linux import MACHINE, check, libc, syscall
 
 __all__ = [
     "CLONE_NEWNS",
+    "PROC",
     "Grant",
     "ViewError",
     "build_view",
@@ -56,6 +57,7 @@ CLONE_NEWNS = 0x00020000
 _MS_RDONLY = 0x1
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
+_MS_NOEXEC = 0x8
 _MS_REMOUNT = 0x20
 _MS_BIND = 0x1000
 _MS_REC = 0x4000
@@ -65,6 +67,7 @@ _MNT_DETACH = 0x2
 _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_NOSUID = 0x2
 _MOUNT_ATTR_NODEV = 0x4
+_MOUNT_ATTR_NOEXEC = 0x8
 _MOUNT_ATTR_IDMAP = 0x00100000
 _AT_SYMLINK_NOFOLLOW = 0x100
 _AT_EMPTY_PATH = 0x1000
@@ -84,6 +87,12 @@ _SYS_MOUNT_SETATTR = 442
 #: The view's own tmpfs (the directories above the grants and the symlinks): small, and
 #: read-only once built.
 VIEW_SIZE = "size=1m,nr_inodes=4096,mode=0755"
+#: A granted ``/proc`` (a browser worker reads ``/proc/self``): a fresh procfs that shows only
+#: the worker's uid's processes (``hidepid=invisible``) where the kernel lets this process mount
+#: one (root), else the host's ``/proc`` bound read-only (inside a user namespace, which may not
+#: mount a procfs for a PID namespace it does not own).
+PROC = "/proc"
+_PROC_OPTIONS = "hidepid=invisible"
 #: Symlinks followed while resolving one granted path (the kernel's own limit is 40).
 _MAX_LINKS = 40
 #: Device files a worker may be granted: bound without ``nodev``.
@@ -132,6 +141,8 @@ class Plan:
     grants: list[Grant]
     #: Path of a symlink in the view → its target, as the host has it.
     links: dict[str, str]
+    #: ``/proc`` is granted (a browser worker): a procfs of its own is mounted there.
+    proc: bool = False
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
@@ -243,6 +254,8 @@ def plan_view(
     links: dict[str, str] = {}
     resolved: dict[str, Grant] = {}
     for path, rights in grants.items():
+        if path == PROC:
+            continue  # not bound from the host: see _mount_proc
         real, directory, met = _known.get(path) or _lookup(path)
         links.update(met)
         if real is None:
@@ -262,7 +275,7 @@ def plan_view(
         for path, target in links.items()
         if not any(_below(path, tree) and path != tree for tree in trees)
     }
-    return Plan(ordered, links)
+    return Plan(ordered, links, proc=PROC in grants)
 
 
 def _below(path: str, tree: str) -> bool:
@@ -491,7 +504,27 @@ def build_view(plan: Plan, stage: str = "/tmp", ids: tuple[int, int] | None = No
         for grant in plan.grants:
             if grant.path in trees:
                 builder.attach(grant, trees[grant.path])
+        if plan.proc:
+            _mount_proc(builder)
         builder.seal()
+
+
+def _mount_proc(builder: _Builder) -> None:
+    """``/proc`` in the view: a fresh procfs (root), else the host's, read-only (see PROC)."""
+    _make_dirs(builder.root, PROC, builder.made)
+    target = builder.root + PROC
+    flags = _MS_NOSUID | _MS_NODEV | _MS_RDONLY | _MS_NOEXEC
+    try:
+        _mount("proc", target, "proc", flags, _PROC_OPTIONS)
+        return
+    except OSError:
+        pass
+    tree = _clone(PROC)
+    try:
+        _set_flags(tree, _READ_ONLY | _MOUNT_ATTR_NOEXEC)
+        _attach(tree, target)
+    finally:
+        os.close(tree)
 
 
 def enter_view(

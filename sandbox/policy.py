@@ -16,6 +16,9 @@ Keys (all optional; a missing limit takes :data:`DEFAULT_LIMITS`):
 ``env``           variables added to the minimal environment
 ``app_owner``     ``[uid, gid]`` of the app directory's owner, shown as the worker's own ids
                   through an idmapped mount (root; an app its per-app uid could not read)
+``browser``       the worker runs a headless browser (a web app): its install directory, fonts
+                  and certificates are granted read-only, it and the ELF loader executable,
+                  ``/proc`` is in the view, no ``RLIMIT_AS``, and seccomp's browser profile
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aotui.sandbox import landlock
+from aotui.sandbox import browser, landlock
 
 __all__ = ["DEFAULT_LIMITS", "Policy", "default_runtime_read"]
 
@@ -43,7 +46,7 @@ DEFAULT_LIMITS: Mapping[str, int] = {
 
 _KEYS = {
     "app", "app_dir", "fs_read", "fs_write", "runtime_read", "limits", "uid", "gid", "strict",
-    "env", "tmp_dir", "app_owner",
+    "env", "tmp_dir", "app_owner", "browser",
 }  # fmt: skip
 
 #: What a worker may read besides the interpreter's trees: shared libraries, the loader cache,
@@ -109,6 +112,7 @@ class Policy:
     env: Mapping[str, str] = field(default_factory=dict)
     tmp_dir: str | None = None
     app_owner: tuple[int, int] | None = None
+    browser: bool = False
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Policy:
@@ -151,6 +155,7 @@ class Policy:
             env={str(k): str(v) for k, v in dict(raw.get("env") or {}).items()},
             tmp_dir=tmp_dir,
             app_owner=owner,
+            browser=bool(raw.get("browser", False)),
         )
 
     def grants(self) -> dict[str, int]:
@@ -162,4 +167,10 @@ class Policy:
         for path in [*self.fs_write, *([self.tmp_dir] if self.tmp_dir else [])]:
             grants[path] = grants.get(path, 0) | landlock.READ_WRITE
         grants["/dev/null"] = grants.get("/dev/null", 0) | landlock.READ | landlock.WRITE_FILE
+        if self.browser:
+            for path in [*browser.read_paths(), "/proc"]:
+                grants[path] = grants.get(path, 0) | landlock.READ
+            # The only executable files of any worker: the browser's own and the ELF loader.
+            for path in browser.executables():
+                grants[path] = grants.get(path, 0) | landlock.EXECUTE
         return grants

@@ -6,7 +6,8 @@ forks one that first drops to ``nobody``, to show what an unprivileged user of t
 The root child, once it runs as the stand-in per-app uid, checks what would still stop apps: a
 granted tree it cannot list in its filesystem view (``sandbox/fsview.py`` gets around 0700
 parents, not a tree's own mode) and standard-library modules it cannot import.
-``python -m aotui.sandbox.probe`` prints the result as JSON.
+It also names the headless browser web apps run in (``sandbox/browser.py``) and its version, or
+how to install it. ``python -m aotui.sandbox.probe`` prints the result as JSON.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ import os
 import platform
 import select
 import signal
+import subprocess
 import sys
 import time
 from typing import Any
 
 from aotui.protocol.messages import SandboxLayer
-from aotui.sandbox import cgroups, landlock
+from aotui.sandbox import browser, cgroups, landlock
 from aotui.sandbox.confine import apply_layers, required_layers
 from aotui.sandbox.linux import prctl
 from aotui.sandbox.policy import Policy
 
-__all__ = ["LAYERS", "probe"]
+__all__ = ["LAYERS", "browser_report", "probe"]
 
 #: Every layer a worker can report, in the order they are applied.
 LAYERS = tuple(layer.value for layer in SandboxLayer)
@@ -152,6 +154,18 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def browser_report() -> dict[str, Any]:
+    """The headless browser web apps run in: its path and version, or how to install it."""
+    found = browser.find_browser()
+    if found is None:
+        return {"installed": False, "install": browser.INSTALL_HINT}
+    try:
+        version = browser.version(found[0])
+    except (OSError, subprocess.SubprocessError) as exc:
+        version = f"unknown ({exc})"
+    return {"installed": True, "path": found[0], "version": version}
+
+
 def probe() -> dict[str, Any]:
     """Try every layer in a forked child; returns availability and reasons per layer."""
     start = time.perf_counter()
@@ -165,6 +179,7 @@ def probe() -> dict[str, Any]:
     }
     if os.geteuid() == 0:
         report["unprivileged_user"] = _summary(_run(PROBE_UID))
+    report["browser"] = browser_report()
     report["probe_ms"] = round((time.perf_counter() - start) * 1000, 1)
     return report
 

@@ -50,14 +50,17 @@ def lower(which: int, value: int) -> None:
     resource.setrlimit(which, (value, value))
 
 
-def apply_limits(limits: Mapping[str, int], *, nproc: bool) -> None:
-    """Apply the limits; ``nproc`` only when the task count is the worker's own (uid or userns)."""
+def apply_limits(limits: Mapping[str, int], *, nproc: bool, address_space: bool = True) -> None:
+    """Apply the limits; ``nproc`` only when the task count is the worker's own (uid or userns);
+    ``address_space`` false leaves ``RLIMIT_AS`` off (a browser reserves terabytes of address
+    space it never touches; its memory limit is the cgroup as root, the watchdog otherwise)."""
     # RLIMIT_NPROC counts every task of the real uid in the user namespace: with a shared uid
     # it would count the user's other processes too.
     lower(resource.RLIMIT_CORE, 0)
     # Before any thread exists: threads would otherwise each get an arena of their own.
     libc.mallopt(_M_ARENA_MAX, MALLOC_ARENA_MAX)
-    lower(resource.RLIMIT_AS, address_space_bytes(limits["memory_mb"], limits["pids"]))
+    if address_space:
+        lower(resource.RLIMIT_AS, address_space_bytes(limits["memory_mb"], limits["pids"]))
     lower(resource.RLIMIT_NOFILE, limits["open_files"])
     lower(resource.RLIMIT_FSIZE, limits["file_size_mb"] * MIB)
     if nproc:

@@ -33,6 +33,11 @@ name fails. The program, in order:
 
 Steps 3–5 are one binary search over the syscall number, so the program stays short; the
 kernel's constant-action cache then skips it for every allowed call that has no argument check.
+
+A browser worker (a web app's Chromium) gets the **browser profile**, built from the same
+tables: :data:`ALLOWED` plus :data:`BROWSER_ALLOWED` (``execve``, ``capset``), and the
+:data:`BROWSER_IOCTLS`/:data:`BROWSER_PRCTLS` additions (none so far). Python workers keep
+their filter unchanged.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ from aotui.sandbox.linux import MACHINE, syscall
 __all__ = [
     "ALLOW",
     "ALLOWED",
+    "BROWSER_ALLOWED",
+    "BROWSER_IOCTLS",
+    "BROWSER_PRCTLS",
     "CHECKED",
     "DENIED",
     "ENOSYS",
@@ -99,7 +107,8 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "eventfd2": 290, "fork": 57, "vfork": 58, "exit": 60, "exit_group": 231, "wait4": 61,
         "waitid": 247, "getpid": 39, "getppid": 110, "getpgrp": 111, "getpgid": 121,
         "getsid": 124, "getuid": 102, "geteuid": 107, "getgid": 104, "getegid": 108,
-        "getresuid": 118, "getresgid": 120, "getgroups": 115, "capget": 125, "getrlimit": 97,
+        "getresuid": 118, "getresgid": 120, "getgroups": 115, "capget": 125, "capset": 126,
+        "getrlimit": 97,
         "setrlimit": 160, "getrusage": 98, "getpriority": 140, "ioprio_get": 252, "uname": 63,
         "sysinfo": 99, "getrandom": 318, "bind": 49, "listen": 50, "accept": 43, "accept4": 288,
         "getsockname": 51, "getpeername": 52, "sendto": 44, "recvfrom": 45, "sendmsg": 46,
@@ -158,7 +167,8 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "epoll_pwait2": 441, "eventfd2": 19, "exit": 93, "exit_group": 94, "wait4": 260,
         "waitid": 95, "getpid": 172, "getppid": 173, "getpgid": 155, "getsid": 156, "getuid": 174,
         "geteuid": 175, "getgid": 176, "getegid": 177, "getresuid": 148, "getresgid": 150,
-        "getgroups": 158, "capget": 90, "getrlimit": 163, "setrlimit": 164, "getrusage": 165,
+        "getgroups": 158, "capget": 90, "capset": 91, "getrlimit": 163, "setrlimit": 164,
+        "getrusage": 165,
         "getpriority": 141, "ioprio_get": 31, "uname": 160, "sysinfo": 179, "getrandom": 278,
         "bind": 200, "listen": 201, "accept": 202, "accept4": 242, "getsockname": 204,
         "getpeername": 205, "sendto": 206, "recvfrom": 207, "sendmsg": 211, "recvmsg": 212,
@@ -313,6 +323,24 @@ PRCTLS: dict[str, int] = {
     "PR_SET_VMA": 0x53564D41,
 }
 
+#: The browser profile (a web app's worker runs Chromium): the calls it allows on top of
+#: :data:`ALLOWED`, each justified in docs/sandbox.md, *The browser profile*. Every other table
+#: is the same; a Python worker's filter never includes these.
+BROWSER_ALLOWED: dict[str, tuple[str, ...]] = {
+    # The worker starts the browser, and the browser its zygote, renderer and GPU processes:
+    # Landlock grants EXECUTE only on the browser's own files and the ELF loader.
+    "exec": ("execve",),
+    # Chromium's zygote clears its children's capability sets before they run (they hold none
+    # in a worker anyway); capset can only lower them without CAP_SETPCAP, and only its own.
+    "capabilities": ("capset",),
+}
+
+#: ``ioctl`` commands the browser profile adds to :data:`IOCTLS`.
+BROWSER_IOCTLS: dict[str, int] = {}
+
+#: ``prctl`` options the browser profile adds to :data:`PRCTLS`.
+BROWSER_PRCTLS: dict[str, int] = {}
+
 _ALL = 0xFFFFFFFF
 _SCHED_OTHER, _SCHED_RESET_ON_FORK = 0, 0x40000000
 
@@ -431,8 +459,10 @@ def _only_if(checks: tuple[tuple[int, int, int], ...]) -> list[Insn]:
     return [*body, _ret(_RET_ALLOW), _deny()]
 
 
-def _checks(numbers: dict[str, int]) -> Iterator[Insn]:
-    """Step 2: the calls allowed with argument checks."""
+def _checks(numbers: dict[str, int], browser: bool) -> Iterator[Insn]:
+    """Step 2: the calls allowed with argument checks (``browser``: the browser profile's)."""
+    ioctls = {**IOCTLS, **(BROWSER_IOCTLS if browser else {})}
+    prctls = {**PRCTLS, **(BROWSER_PRCTLS if browser else {})}
     yield from _on_syscall(numbers["socket"], _socket_check())
     yield from _on_syscall(numbers["socketpair"], _socket_check())
     yield from _on_syscall(
@@ -440,8 +470,8 @@ def _checks(numbers: dict[str, int]) -> Iterator[Insn]:
         [_ld(_arg(0)), (_JSET_K, 0, 1, _CLONE_NAMESPACES), _deny(), _ret(_RET_ALLOW)],
     )
     yield from _on_syscall(numbers["clone3"], [_deny(errno.ENOSYS)])
-    yield from _on_syscall(numbers["ioctl"], _one_of(1, list(IOCTLS.values())))
-    yield from _on_syscall(numbers["prctl"], _one_of(0, list(PRCTLS.values())))
+    yield from _on_syscall(numbers["ioctl"], _one_of(1, list(ioctls.values())))
+    yield from _on_syscall(numbers["prctl"], _one_of(0, list(prctls.values())))
     yield from _on_syscall(
         numbers["personality"],
         [_ld(_arg(0)), (_JEQ_K, 0, 1, _PERSONALITY_QUERY), _ret(_RET_ALLOW), _deny()],
@@ -450,21 +480,22 @@ def _checks(numbers: dict[str, int]) -> Iterator[Insn]:
         yield from _on_syscall(numbers[name], _only_if(checks))
 
 
-def verdict(machine: str, number: int) -> int:
+def verdict(machine: str, number: int, *, browser: bool = False) -> int:
     """What steps 3–5 answer for syscall ``number``: :data:`ALLOW`, :data:`EPERM` or ENOSYS."""
-    return _verdicts(machine).get(number, ENOSYS)
+    return _verdicts(machine, browser).get(number, ENOSYS)
 
 
 @functools.cache
-def _verdicts(machine: str) -> dict[int, int]:
+def _verdicts(machine: str, browser: bool) -> dict[int, int]:
     numbers = SYSCALLS[machine]
     result = {numbers[name]: EPERM for name in DENIED if name in numbers}
-    for names in ALLOWED.values():
+    groups = [*ALLOWED.values(), *(BROWSER_ALLOWED.values() if browser else ())]
+    for names in groups:
         result.update((numbers[name], ALLOW) for name in names if name in numbers)
     return result
 
 
-def _ranges(machine: str) -> list[tuple[int, int]]:
+def _ranges(machine: str, browser: bool) -> list[tuple[int, int]]:
     """``(first number, verdict)`` of each run of equal verdicts, from 0 to the end of numbers.
 
     The checked calls never reach the search: they take their neighbour's verdict, so runs
@@ -475,7 +506,7 @@ def _ranges(machine: str) -> list[tuple[int, int]]:
     for number in range(max(SYSCALLS[machine].values()) + 2):
         if number in checked:
             continue
-        action = verdict(machine, number)
+        action = verdict(machine, number, browser=browser)
         if not ranges or ranges[-1][1] != action:
             ranges.append((number if ranges else 0, action))
     return ranges
@@ -494,8 +525,9 @@ def _search(ranges: list[tuple[int, int]]) -> list[Insn]:
     return [(_JGE_K, 0, 1, boundary), (_JA, 0, 0, len(below)), *below, *above]
 
 
-def build_filter(machine: str = MACHINE) -> list[Insn]:
-    """The filter program for ``machine`` as ``(code, jt, jf, k)`` instructions."""
+def build_filter(machine: str = MACHINE, *, browser: bool = False) -> list[Insn]:
+    """The filter program for ``machine`` as ``(code, jt, jf, k)`` instructions; ``browser``
+    builds the browser profile (the same tables plus :data:`BROWSER_ALLOWED`)."""
     numbers = SYSCALLS[machine]
     program: list[Insn] = [
         _ld(_ARCH),
@@ -505,21 +537,23 @@ def build_filter(machine: str = MACHINE) -> list[Insn]:
     ]
     if machine == "x86_64":
         program += [(_JGE_K, 0, 1, _X32_SYSCALL_BIT), _ret(_RET_KILL_PROCESS)]
-    program += _checks(numbers)
-    program += _search(_ranges(machine))
+    program += _checks(numbers, browser)
+    program += _search(_ranges(machine, browser))
     return program
 
 
 @functools.cache
-def _assemble(machine: str) -> bytes:
-    return b"".join(struct.pack("=HBBI", *insn) for insn in build_filter(machine))
+def _assemble(machine: str, browser: bool = False) -> bytes:
+    program = build_filter(machine, browser=browser)
+    return b"".join(struct.pack("=HBBI", *insn) for insn in program)
 
 
-def install(machine: str = MACHINE) -> int:
-    """Install the filter on every thread of this process for good; returns its length."""
+def install(machine: str = MACHINE, *, browser: bool = False) -> int:
+    """Install the filter (``browser``: the browser profile) on every thread of this process
+    for good; returns its length."""
     if machine not in SYSCALLS:
         raise OSError(errno.ENOSYS, f"no seccomp syscall table for {machine}")
-    code = _assemble(machine)
+    code = _assemble(machine, browser)
     buffer = ctypes.create_string_buffer(code, len(code))
     # struct sock_fprog: unsigned short len, then (aligned) a pointer to the instructions.
     fprog = struct.pack("=H6xQ", len(code) // 8, ctypes.addressof(buffer))
@@ -536,3 +570,4 @@ def install(machine: str = MACHINE) -> int:
 
 if MACHINE in SYSCALLS:  # assembled once, in the zygote, not in every worker
     _assemble(MACHINE)
+    _assemble(MACHINE, True)

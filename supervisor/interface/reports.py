@@ -75,6 +75,13 @@ def format_doctor(report: dict[str, Any]) -> str:
         lines.append(f"  strict mode can run apps: {ready}")
         if section.get("warning"):
             lines.append(f"  warning: {section['warning']}")
+    web = report.get("browser")
+    if web:
+        lines.append("")
+        if web.get("installed"):
+            lines.append(f"browser for web apps: {web['version']} ({web['path']})")
+        else:
+            lines.append(f"browser for web apps: none installed (install it: {web['install']})")
     return "\n".join(lines)
 
 
