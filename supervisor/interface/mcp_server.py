@@ -315,7 +315,7 @@ def _version() -> str:
         return "unknown"
 
 
-def _shape(tools: dict[str, OperationTool]) -> list[tuple[str, Any]]:
+def _shape(tools: dict[str, OperationTool]) -> list[tuple[str, Any, bool]]:
     return [(name, tool.input_schema, tool.confirm) for name, tool in tools.items()]
 
 
