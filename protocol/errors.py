@@ -23,7 +23,7 @@ TYPE_CHECKING = False  # typing's, without importing typing (~2 ms of every CLI 
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["EXIT_NO_DESKTOP", "AotuiError", "ErrorCode"]
+__all__ = ["EXIT_NO_DESKTOP", "AotuiError", "ErrorCode", "Outcome"]
 
 #: CLI exit code when no desktop is running or the connection is refused (CONTRACT §7).
 EXIT_NO_DESKTOP = 69
@@ -86,6 +86,18 @@ class ErrorCode(enum.Enum):
         return cls.E_INTERNAL
 
 
+class Outcome(enum.StrEnum):
+    """What an error reply says of its command's effect, as ``data["outcome"]`` (reference §6).
+
+    A plain string on the wire (JSON, msgpack): ``"not applied"``.
+    """
+
+    #: The command took no effect: retrying it is safe.
+    NOT_APPLIED = "not applied"
+    #: Whether it took effect is not known (a deadline passed while it ran); read the snapshot.
+    UNKNOWN = "unknown"
+
+
 class AotuiError(Exception):
     """A failure with a code, a message for a human or an agent, and optional structured data."""
 
@@ -95,7 +107,12 @@ class AotuiError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.data: dict[str, Any] = dict(data or {})
+        # An enum value (an Outcome) travels as the plain string it names: the codec and JSON
+        # carry plain data only.
+        self.data: dict[str, Any] = {
+            key: value.value if isinstance(value, enum.Enum) else value
+            for key, value in (data or {}).items()
+        }
 
     @property
     def recoverable(self) -> bool:

@@ -31,7 +31,7 @@ from typing import Any
 import zmq
 
 from aotui.protocol import codec
-from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode, Outcome
 from aotui.protocol.messages import (
     Ack,
     AppState,
@@ -445,7 +445,7 @@ class WorkerLoop:
             f"the app restarts from its last acknowledged state)"
         )
         code = ErrorCode.E_APP_ERROR.value
-        self.send(ErrorReply(request_id, code, message, {"outcome": "not applied"}))
+        self.send(ErrorReply(request_id, code, message, {"outcome": Outcome.NOT_APPLIED.value}))
 
     def discard_effect(self, request_id: int, exc: AotuiError) -> None:
         """The handler ran but its ack cannot be sent: ask to be restarted, run nothing more.
@@ -459,7 +459,7 @@ class WorkerLoop:
             f"it took no effect: the app restarts from its last acknowledged state"
         )
         code = ErrorCode.E_APP_ERROR.value
-        self.send(ErrorReply(request_id, code, message, {"outcome": "not applied"}))
+        self.send(ErrorReply(request_id, code, message, {"outcome": Outcome.NOT_APPLIED.value}))
 
     def run_callbacks(self) -> None:
         """Run due timers and posted callbacks, then send what changed."""

@@ -87,7 +87,7 @@ def serving(desktop: RunningDesktop, address: str, *extra: str) -> Iterator[Serv
 def raw_call(
     served: Served, session_id: str, version: str, headers: dict[str, str], arguments: Any
 ) -> httpx.Response:
-    """A ``tools/call`` of ``call_operation`` in the live session ``session_id``, sent as raw HTTP."""
+    """A ``tools/call`` of ``call_operation`` in the live session ``session_id``, as raw HTTP."""
     body = {
         "jsonrpc": "2.0",
         "id": 99,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import Outcome as ReplyOutcome
 from aotui.protocol.structure import sanitize_data
 
 __all__ = [
@@ -145,7 +146,7 @@ class ConfirmationBook:
                 ErrorCode.E_RATE_LIMITED,
                 f"{MAX_PENDING} operations already wait for the user's confirmation ({waiting}); "
                 f"this one did not run and was not asked. Wait until the user answers them.",
-                {"outcome": "not applied"},
+                {"outcome": ReplyOutcome.NOT_APPLIED},
             )
         size = len(json.dumps(asked.args, default=str).encode())
         if size > MAX_ARGS_BYTES:
@@ -154,7 +155,7 @@ class ConfirmationBook:
                 f"{asked.operation} waits for the user's confirmation, and its arguments are "
                 f"{size} bytes, over the {MAX_ARGS_BYTES} an operation may hold while it waits; "
                 f"it did not run and was not asked. Send smaller arguments.",
-                {"outcome": "not applied"},
+                {"outcome": ReplyOutcome.NOT_APPLIED},
             )
         pending = dataclasses.replace(asked, ident=f"C{self._next}", asked=time.time())
         self._next += 1

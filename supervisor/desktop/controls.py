@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode, Outcome
 from aotui.supervisor.desktop.app_record import AppRecord
 
 __all__ = ["AppPolicy", "check_dialog", "confirm_rule", "parse_policy"]
@@ -111,7 +111,7 @@ def _refused(message: str) -> AotuiError:
     return AotuiError(
         ErrorCode.E_PERMISSION,
         f"{message}; it did not run. Only the user can change the policy (the desktop config).",
-        {"outcome": "not applied"},
+        {"outcome": Outcome.NOT_APPLIED},
     )
 
 
@@ -127,5 +127,5 @@ def check_dialog(app: AppRecord, view_id: str, op_id: str) -> None:
         f"({dialog_id}); until it is dismounted only its own operations run, so {op_id} in "
         f"{view_id} did not run. Act in {dialog_id}, or close the dialog: "
         f'<context app_id="{app.app_id}">dismount --view {dialog_id}</context>',
-        {"dialog": dialog_id, "outcome": "not applied"},
+        {"dialog": dialog_id, "outcome": Outcome.NOT_APPLIED},
     )

@@ -22,6 +22,7 @@ import zmq.asyncio
 from aotui.protocol.args import ResolvedRef, coerce_args, parse_arg_schema, parse_ref
 from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import Outcome as ReplyOutcome
 from aotui.protocol.messages import (
     Ack,
     Dismount,
@@ -651,7 +652,7 @@ class Desktop:
                 f"{app.app_id} ({app.name}) is {app.status.value}{why} and did not come back "
                 f"within this command's deadline; the command did not run. Retry in a "
                 f"moment (status shows when it is running again).",
-                {"app": app.app_id, "state": app.status.value, "outcome": "not applied"},
+                {"app": app.app_id, "state": app.status.value, "outcome": ReplyOutcome.NOT_APPLIED},
             ) from None
 
     async def _view_command(
@@ -829,7 +830,7 @@ class Desktop:
             ErrorCode.E_PERMISSION,
             f"the user refused {pending.operation} on {pending.app} ({pending.app_name}){why}; "
             f"it did not run",
-            {"outcome": "not applied"},
+            {"outcome": ReplyOutcome.NOT_APPLIED},
         )
         self.confirmations.decide(pending.ident, Outcome(Verdict.REFUSED, error=error))
         app = next((a for a in self.apps if a.app_id == pending.app), None)
@@ -863,7 +864,10 @@ class Desktop:
         except AotuiError as exc:
             if exc.code is ErrorCode.E_TIMEOUT:
                 raise await self._abandon(app, what, exc) from None
-            if exc.data.get("outcome") == "not applied" and exc.code is ErrorCode.E_APP_ERROR:
+            if (
+                exc.data.get("outcome") == ReplyOutcome.NOT_APPLIED
+                and exc.code is ErrorCode.E_APP_ERROR
+            ):
                 # The worker ran it but cannot acknowledge it: its memory holds an effect that
                 # must not survive. (A worker that lies here only gets itself restarted.)
                 await self._stop_worker(app, ExitReason.UNACKNOWLEDGED_EFFECT)
@@ -879,7 +883,7 @@ class Desktop:
                 ErrorCode.E_APP_ERROR,
                 f"{app.app_id} sent changed parts of data it never sent whole; {what} took no "
                 f"effect: the app restarts from its last acknowledged state",
-                {"outcome": "not applied"},
+                {"outcome": ReplyOutcome.NOT_APPLIED},
             )
         if reply.state_changes:
             try:
@@ -924,7 +928,7 @@ class Desktop:
             f"is restarted from its last acknowledged state, so {operation} took no effect on "
             f"it (effects outside the desktop, such as HTTP requests, may have happened). "
             f"Pull a snapshot, then retry if you still want it.",
-            {**timeout.data, "outcome": "not applied"},
+            {**timeout.data, "outcome": ReplyOutcome.NOT_APPLIED},
         )
 
     async def _undo(self, app: AppRecord, operation: str, exc: StoreIOError) -> AotuiError:
@@ -937,7 +941,7 @@ class Desktop:
             f"({exc.detail}). The app is restarted from its last stored state, so nothing "
             f"changed; state-changing commands are refused until the store can be written "
             f"(free disk space or fix the disk). Snapshots and status still work.",
-            {"store": "failing", "outcome": "not applied"},
+            {"store": "failing", "outcome": ReplyOutcome.NOT_APPLIED},
         )
 
 

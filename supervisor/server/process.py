@@ -30,6 +30,7 @@ import zmq.asyncio
 from aotui.protocol import codec
 from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import Outcome as ReplyOutcome
 from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal, SignalReason
 from aotui.supervisor.config import DesktopConfig
@@ -442,7 +443,7 @@ class Supervisor:
                 f"{self.in_flight} commands are already in flight on this desktop (at most "
                 f"{self.config.max_in_flight}, config max_in_flight); this one did not run. Wait "
                 f"for their replies, then send it again.",
-                {"outcome": "not applied", "in_flight": self.in_flight},
+                {"outcome": ReplyOutcome.NOT_APPLIED, "in_flight": self.in_flight},
             )
         self.in_flight += 1
         # While its commands run the lease holds, whatever its idle time (server/lease.py).
@@ -507,7 +508,7 @@ class Supervisor:
                 f"{app.app_id} ({app.name}) was busy with earlier commands for this command's "
                 f"whole deadline ({budget_ms} ms); it did not run. Retry, or send fewer commands "
                 f"to one app at once.",
-                {"app": app.app_id, "outcome": "not applied"},
+                {"app": app.app_id, "outcome": ReplyOutcome.NOT_APPLIED},
             ) from None
         try:
             return await work(deadline)
@@ -679,7 +680,7 @@ def _session_expired(session: str, snapshot_id: str | None) -> AotuiError:
         f"session {name!r}'s {which} expired ({which} {why}); its refs were not resolved and "
         f"nothing ran. Pull a new snapshot (aotui snapshot --session NAME) and send the "
         f"command again with refs from it.",
-        {"session": session[:128], "snapshot_id": snapshot_id, "outcome": "not applied"},
+        {"session": session[:128], "snapshot_id": snapshot_id, "outcome": ReplyOutcome.NOT_APPLIED},
     )
 
 

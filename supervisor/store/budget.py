@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode, Outcome
 from aotui.supervisor.workers.restore import part_bytes
 
 __all__ = ["MAX_APP_DATA_BYTES", "DataBudget"]
@@ -65,7 +65,7 @@ class DataBudget:
                 f"{self.limit >> 20} MiB an app may keep; the operation took no effect: the app "
                 f"restarts from its last acknowledged data. Delete some of its data (or keep "
                 f"less of it) before adding more.",
-                {"outcome": "not applied", "stored_bytes": total, "limit_bytes": self.limit},
+                {"outcome": Outcome.NOT_APPLIED, "stored_bytes": total, "limit_bytes": self.limit},
             )
         self._pending[app] = (delta, total)
         return total
