@@ -29,6 +29,7 @@ __all__ = [
     "INSTALL_HINT",
     "Browser",
     "BrowserError",
+    "BrowserProcess",
     "executables",
     "find_browser",
     "launch",
@@ -115,11 +116,46 @@ def read_paths() -> list[str]:
     return list(dict.fromkeys([*executables(), *(p for p in _READS if os.path.exists(p))]))
 
 
+class BrowserProcess:
+    """The browser's main process, a child of this one: polled, waited for and killed by pid."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        #: Its wait status once reaped.
+        self.status: int | None = None
+
+    def alive(self) -> bool:
+        """Whether it still runs (reaps it when it ended)."""
+        if self.status is None:
+            with contextlib.suppress(ChildProcessError):
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.status = status
+        return self.status is None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for it to end; whether it did."""
+        deadline = time.monotonic() + timeout_s
+        while self.alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL it and reap it."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                self.status = os.waitpid(self.pid, 0)[1]
+
+
 @dataclass
 class Browser:
     """A running browser and the client's end of its debugging pipe."""
 
-    process: subprocess.Popen[bytes]
+    process: BrowserProcess
     pipe: Pipe
     #: Chromium's own sandbox is on (else it runs with ``--no-sandbox`` inside ours).
     chromium_sandbox: bool
@@ -133,39 +169,46 @@ class Browser:
         with contextlib.suppress(CDPFailure):
             self.pipe.call("Browser.close", timeout_s=min(timeout_s, 2.0))
         self.pipe.close()
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+        if not self.process.wait(timeout_s):
             self.process.kill()
-            self.process.wait()
 
 
-def _spawn(argv: list[str], profile: str) -> tuple[subprocess.Popen[bytes], Pipe]:
-    """Start ``argv`` with its fd 3 and fd 4 the two halves of the debugging pipe."""
+def _spawn(argv: list[str], profile: str) -> tuple[BrowserProcess, Pipe]:
+    """Start ``argv`` with its fd 3 and fd 4 the two halves of the debugging pipe.
+
+    ``posix_spawn`` (``clone(CLONE_VM | CLONE_VFORK)`` and exec), not ``fork``: safe in a
+    worker whose ZeroMQ threads already run. Every other descriptor of ours is close-on-exec.
+    """
     # Ours are created above 4, so the child's dup2 onto 3 and 4 never meets one of them.
     commands_r, commands_w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in os.pipe())
     replies_r, replies_w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in os.pipe())
-    log = os.open(os.path.join(profile, "browser.log"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC)
-
-    def wire() -> None:  # in the child, between fork and exec
-        os.dup2(commands_r, 3)
-        os.dup2(replies_w, 4)
-
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    log = fcntl.fcntl(
+        os.open(os.path.join(profile, "browser.log"), flags, 0o600), fcntl.F_DUPFD_CLOEXEC, 10
+    )
     try:
-        process = subprocess.Popen(
+        pid = os.posix_spawn(
+            argv[0],
             argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            pass_fds=(),
-            preexec_fn=wire,  # the worker is single-threaded when it launches
-            close_fds=False,
-            cwd=profile,
+            dict(os.environ),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log, 1),
+                (os.POSIX_SPAWN_DUP2, log, 2),
+                (os.POSIX_SPAWN_DUP2, commands_r, 3),
+                (os.POSIX_SPAWN_DUP2, replies_w, 4),
+            ],
+            setsigdef=(signal.SIGPIPE, signal.SIGINT, signal.SIGTERM),
         )
+    except OSError:
+        os.close(commands_w)
+        os.close(replies_r)
+        raise
     finally:
         for fd in (commands_r, replies_w, log):
             os.close(fd)
-    return process, Pipe(commands_w, replies_r, alive=lambda: process.poll() is None)
+    process = BrowserProcess(pid)
+    return process, Pipe(commands_w, replies_r, alive=process.alive)
 
 
 def launch(profile_parent: str | None = None, *, chromium_sandbox: bool | None = None) -> Browser:
@@ -197,9 +240,7 @@ def launch(profile_parent: str | None = None, *, chromium_sandbox: bool | None =
             pipe.call("Browser.getVersion", timeout_s=_START_S)
         except CDPFailure as exc:
             pipe.close()
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGKILL)
-            process.wait()
+            process.kill()
             tail = _log_tail(profile)
             if sandboxed:
                 reason = f"Chromium's sandbox could not start inside ours: {tail or exc}"
