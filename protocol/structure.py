@@ -28,6 +28,7 @@ import unicodedata
 from typing import Any
 
 __all__ = [
+    "DESKTOP_HINT",
     "STRUCTURAL_TAGS",
     "contains_structural",
     "escape_structural",
@@ -200,9 +201,25 @@ def _escape_opening(match: re.Match[str]) -> str:
     return "&lt;" + match.group()[1:] if _is_tag(match.group(1)) else match.group()
 
 
-def escape_structural(text: str) -> str:
+#: A command the desktop itself suggests, written whole: ``<context>open --application app_0
+#: --fresh</context>`` (words, ``--options`` and plain values; nothing that could nest a tag).
+DESKTOP_HINT = re.compile(r"<context>[a-z_]+(?: -{1,2}[a-z_]+(?: [A-Za-z0-9_.@-]+)?)*</context>")
+
+
+def escape_structural(text: str, *, hints: bool = False) -> str:
     """Replace the ``<`` (or its compatibility form) of anything that could read as a structural
-    tag with ``&lt;``."""
+    tag with ``&lt;``.
+
+    ``hints=True`` keeps the :data:`DESKTOP_HINT` commands as written: for text the desktop
+    composed, whose app-originated parts were sanitized when it was composed (so no app's text
+    can still hold a ``<``-tag of any kind, hint-shaped or not).
+    """
+    if hints and "<context>" in text:
+        kept, start = [], 0
+        for match in DESKTOP_HINT.finditer(text):
+            kept += [escape_structural(text[start : match.start()]), match.group()]
+            start = match.end()
+        return "".join([*kept, escape_structural(text[start:])])
     classes = _classes(text.isascii())
     if classes.less_than.search(text) is None:
         return text
@@ -242,13 +259,16 @@ def _ascii_lines(value: str) -> str:
     return value.encode("ascii").translate(table, drop).decode("ascii")
 
 
-def sanitize(text: object, *, lines: bool = False, limit: int | None = 500) -> str:
+def sanitize(
+    text: object, *, lines: bool = False, limit: int | None = 500, hints: bool = False
+) -> str:
     """App-originated text made safe to show the agent, anywhere in a snapshot or a reply.
 
     Controls, format characters (bidi overrides, tag characters, zero-width characters) and
     default-ignorables are dropped; with ``lines=False`` every line break and run of whitespace
     becomes one space (an app cannot draw lines of its own into a list, a log, a tree); the text
-    is cut to ``limit`` characters (``…`` marks the cut); structural tags are escaped last.
+    is cut to ``limit`` characters (``…`` marks the cut); structural tags are escaped last
+    (``hints=True``: but for the desktop's own command hints, see :func:`escape_structural`).
     """
     value = text if isinstance(text, str) else str(text)
     strip = _classes(value.isascii()).strip
@@ -264,7 +284,7 @@ def sanitize(text: object, *, lines: bool = False, limit: int | None = 500) -> s
         value = " ".join(value.split())
     if limit is not None and len(value) > limit:
         value = value[: max(limit - 1, 0)] + "…"
-    return escape_structural(value)
+    return escape_structural(value, hints=hints)
 
 
 def sanitize_data(value: Any) -> Any:

@@ -107,10 +107,11 @@ def link_label(text: str) -> str:
     return _brackets(sanitize(text, limit=200))
 
 
-def log_text(text: str) -> str:
+def log_text(text: str, hints: bool = False) -> str:
     """App text as one log line: no line breaks (an app cannot fake other entries), no links,
-    no structural tags, bounded."""
-    return _no_links(sanitize(text, limit=500))
+    no structural tags, bounded. ``hints=True``: a line the desktop composed (its app-originated
+    parts sanitized then), whose own ``<context>`` command hints stay as written."""
+    return _no_links(sanitize(text, limit=500, hints=hints))
 
 
 def _no_links(text: str) -> str:
@@ -140,12 +141,15 @@ def applications_text(apps: Sequence[AppRecord]) -> str:
 
 
 def _system_logs_text(entries: Iterable[tuple[float, str]]) -> str:
-    return "\n".join(_logs("System Logs", entries, "#"))
+    # SystemLog.add sanitized each entry (an app's whole, the desktop's but for its hints).
+    return "\n".join(_logs("System Logs", entries, "#", hints=True))
 
 
-def _logs(title: str, entries: Iterable[tuple[float, str]], heading: str) -> list[str]:
+def _logs(
+    title: str, entries: Iterable[tuple[float, str]], heading: str, hints: bool = False
+) -> list[str]:
     lines = [f"{heading} {title}"]
-    lines.extend(f"- [{format_time(ts)}] {log_text(text)}" for ts, text in entries)
+    lines.extend(f"- [{format_time(ts)}] {log_text(text, hints)}" for ts, text in entries)
     if len(lines) == 1:
         lines.append("- (nothing yet)")
     return lines

@@ -55,9 +55,9 @@ def _entry_text(text: str, owner: str | None) -> str:
         text = text[:RAW_CHARS] + "…"
     if owner is not None and owner.endswith(_SAID):
         source = f"{owner.removesuffix(_SAID)} says:"  # an app_N: the supervisor's, not the app's
-    else:
-        source = DESKTOP_SOURCE
-    return log_text(f"{source} {text}")  # the source is plain words: sanitizing keeps it
+        return log_text(f"{source} {text}")  # the source is plain words: sanitizing keeps it
+    # The desktop's own line: its app parts were sanitized as it was composed, its hints stay.
+    return log_text(f"{DESKTOP_SOURCE} {text}", hints=True)
 
 
 class SystemLog:

@@ -225,7 +225,9 @@ def error_line(
     else:
         body = error.to_jsonrpc()
         if sanitized:  # the last gate before the agent: a message may quote app text
-            body["message"] = sanitize(error.message, limit=4000)
+            # ... sanitized where it was composed (AppRecord.name, a worker's error): the
+            # desktop's own command hints reach the agent as written, any other tag escaped.
+            body["message"] = sanitize(error.message, limit=4000, hints=True)
     return _line({"jsonrpc": "2.0", "id": request_id, "error": body})
 
 

@@ -20,6 +20,7 @@ import zmq
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Shutdown, SignalReason
+from aotui.protocol.structure import sanitize
 from aotui.sandbox.layer_names import required_layers
 from aotui.supervisor.broker.sizes import BROKER_THREADS_PER_APP
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
@@ -214,6 +215,8 @@ class AppLifecycle:
         else:
             reason = f"start failed: {exc}"
             code, message = ErrorCode.E_IO, f"cannot start {app.app_id}: {exc}"
+        # What the app or its worker said is sanitized here: the desktop's hints below are not.
+        reason, message = sanitize(reason, limit=1000), sanitize(message, limit=2000)
         # The status may have moved while we waited (a close, an uninstall): then it stays.
         if app.status is not AppStatus.STARTING:
             return AotuiError(code, message, {"app": app.app_id})
