@@ -9,7 +9,8 @@ from pathlib import Path
 
 from aotui.protocol.structure import sanitize
 from aotui.supervisor.desktop.system_log import SystemLog, said_by
-from tests.conftest import TEST_APPS
+from aotui.supervisor.interface.launch import DesktopLaunch
+from tests.conftest import TEST_APPS, run_desktop, stop_desktops, write_config
 from tests.rpc_peer import RpcPeer
 from tests.test_jsonrpc import Start, rpc_path
 
@@ -67,3 +68,31 @@ def test_only_a_line_the_desktop_composed_keeps_its_hints() -> None:
         assert sanitize(forged, hints=True) == forged.replace("<", "&lt;")
     assert sanitize(f"a {HINT} b", hints=True) == f"a {HINT} b"
     assert sanitize(f"a {HINT} b") == "a &lt;context>open --application app_0&lt;/context> b"
+
+
+def test_the_json_snapshot_marks_what_waits_for_the_users_confirmation(tmp_path: Path) -> None:
+    apps = [str(TEST_APPS / "vault"), str(TEST_APPS / "echo")]
+    config = write_config(tmp_path / "policy.toml", apps)
+    policy = '[policy."test.echo"]\nconfirm = ["no*"]\n[policy."test.vault"]\ndeny = ["purge"]\n'
+    config.write_text(config.read_text() + policy)
+    desktop = run_desktop(DesktopLaunch("confirms", config, tmp_path / "run"))
+    try:
+        desktop.client.execute(
+            "<context>open --application app_0</context><context>open --application app_1</context>"
+        )
+        with RpcPeer(rpc_path(desktop)) as peer:
+            apps_seen = peer.call("snapshot", format="json")["apps"]
+        confirm = {
+            (app["app"], op["id"]): op["confirm"]
+            for app in apps_seen
+            for view in app["views"]
+            for op in view["operations"]
+        }
+        # The markup's (the SDK's confirm=True), the policy's, and neither (a denied one included).
+        assert confirm[("app_0", "wipe")] is True
+        assert confirm[("app_1", "noop")] is True
+        assert confirm[("app_1", "bump")] is False
+        assert confirm[("app_0", "deposit")] is False
+        assert confirm[("app_0", "purge")] is False
+    finally:
+        stop_desktops([desktop])

@@ -52,7 +52,7 @@ from aotui.supervisor.interface.rpc_connection import (
     RpcConnection,
     peer_credentials,
 )
-from aotui.supervisor.interface.snapshot_json import snapshot_json
+from aotui.supervisor.interface.snapshot_json import policy_confirms, snapshot_json
 from aotui.supervisor.interface.waits import MAX_WAITS, WAITS_PER_CLIENT
 from aotui.supervisor.paths import unix_address
 
@@ -351,7 +351,8 @@ class RpcServer:
         if form == "json":
             snapshot_id = result["snapshot_id"]
             refs = self.supervisor.desktop.registry.get(snapshot_id)
-            structured = snapshot_json(snapshot_id, result["markdown"], refs)
+            confirms = policy_confirms(self.supervisor.desktop)
+            structured = snapshot_json(snapshot_id, result["markdown"], refs, confirms)
             result = {**structured, **({"meta": result["meta"]} if "meta" in result else {})}
         return result
 

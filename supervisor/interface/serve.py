@@ -6,7 +6,7 @@ from typing import Any
 
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.interface.rpc_server import RpcLimits, RpcServer
-from aotui.supervisor.interface.snapshot_json import snapshot_json
+from aotui.supervisor.interface.snapshot_json import policy_confirms, snapshot_json
 from aotui.supervisor.interface.state_transfer import StateTransfer
 from aotui.supervisor.interface.waits import DesktopWaits
 from aotui.supervisor.paths import DesktopPaths
@@ -30,7 +30,8 @@ async def serve_desktop(config: DesktopConfig, paths: DesktopPaths) -> None:
         """A pull (as ``snapshot``) with its structure: apps, views, operations, refs."""
         pulled: dict[str, Any] = await supervisor.snapshot(params)
         refs = supervisor.desktop.registry.get(pulled["snapshot_id"])
-        structured = snapshot_json(pulled["snapshot_id"], pulled["markdown"], refs)
+        confirms = policy_confirms(supervisor.desktop)
+        structured = snapshot_json(pulled["snapshot_id"], pulled["markdown"], refs, confirms)
         return {**structured, "markdown": pulled["markdown"]}
 
     supervisor.methods["snapshot_structured"] = snapshot_structured

@@ -1,29 +1,60 @@
 """A snapshot as structured data (JSON-RPC ``snapshot`` with ``format: "json"``).
 
 Read from the Markdown's structural tags, which no app can forge (CONTRACT §4), plus the ref
-table behind the snapshot id: each app's views with their text, operations and refs.
+table behind the snapshot id: each app's views with their text, operations and refs. An operation
+that waits for the user's confirmation when run says ``"confirm": true``, whether its markup marks
+it or the desktop config's policy lists it (:func:`policy_confirms`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from aotui.protocol.errors import AotuiError
+from aotui.supervisor.desktop.controls import confirm_rule
 from aotui.supervisor.desktop.snapshot import RefTable
 from aotui.supervisor.desktop.view_tree import ViewRecord
 
-__all__ = ["snapshot_json"]
+if TYPE_CHECKING:
+    from aotui.supervisor.desktop.desktop import Desktop
+
+__all__ = ["Confirms", "policy_confirms", "snapshot_json"]
+
+#: Whether the desktop's policy asks the user to confirm operation ``op_id`` of app ``app_id``.
+Confirms = Callable[[str, str], bool]
+
+
+def policy_confirms(desktop: Desktop) -> Confirms:
+    """What ``desktop``'s policy confirms (``[policy."<manifest id>"].confirm``), as it stands."""
+    apps = {app.app_id: app for app in desktop.apps}
+
+    def confirms(app_id: str, op_id: str) -> bool:
+        app = apps.get(app_id)
+        if app is None:
+            return False
+        with contextlib.suppress(AotuiError):  # denied: it never runs, so it asks no one
+            return confirm_rule(desktop.config.policy, app, op_id) is not None
+        return False
+
+    return confirms
+
 
 _DESKTOP = re.compile(r'^<desktop since="([^"]*)"(?: removed="([^"]*)")?>$')
 _OPEN = re.compile(r'^<(view|application) id="([^"]*)" name="([^"]*)">$')
 _CLOSE = re.compile(r"^</(view|application|application_info)>$")
 
 
-def snapshot_json(snapshot_id: str, markdown: str, refs: RefTable | None) -> dict[str, Any]:
+def snapshot_json(
+    snapshot_id: str, markdown: str, refs: RefTable | None, confirms: Confirms | None = None
+) -> dict[str, Any]:
     """``{snapshot_id, system_views, apps}``: every block of the snapshot with its parts.
 
     A diff (a pull ``since`` an id) also has ``since`` and ``removed`` (the ids gone).
+    ``confirms``: the policy's confirmations (:func:`policy_confirms`), besides the markup's.
     """
     system: list[dict[str, Any]] = []
     apps: list[dict[str, Any]] = []
@@ -58,7 +89,8 @@ def snapshot_json(snapshot_id: str, markdown: str, refs: RefTable | None) -> dic
         if closed[1] == "view" and block is not None:
             block["markdown"] = text
             if app is not None:
-                _add_refs(block, (refs or {}).get((app["app"], block["view"])))
+                fragment = (refs or {}).get((app["app"], block["view"]))
+                _add_refs(block, fragment, app["app"], confirms)
             block = None
         elif closed[1] == "application_info" and app is not None:
             app["info"] = text
@@ -70,7 +102,9 @@ def snapshot_json(snapshot_id: str, markdown: str, refs: RefTable | None) -> dic
     return {"snapshot_id": snapshot_id, **diff, "system_views": system, "apps": apps}
 
 
-def _add_refs(block: dict[str, Any], fragment: ViewRecord | None) -> None:
+def _add_refs(
+    block: dict[str, Any], fragment: ViewRecord | None, app_id: str, confirms: Confirms | None
+) -> None:
     if fragment is None:
         block.update(operations=[], refs={})
         return
@@ -80,7 +114,7 @@ def _add_refs(block: dict[str, Any], fragment: ViewRecord | None) -> None:
             "label": op.label,
             "description": op.description,
             "args": op.args,
-            "confirm": op.confirm,
+            "confirm": op.confirm or (confirms is not None and confirms(app_id, op.op_id)),
         }
         for op in fragment.operations
     ]
