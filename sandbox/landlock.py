@@ -4,9 +4,11 @@ The ruleset *handles* every right the running kernel knows, so anything without 
 filesystem rights outside the granted trees, every TCP bind/connect (ABI ≥ 4: handled, no rule),
 abstract Unix sockets and signals towards processes outside the sandbox (ABI ≥ 6 scopes).
 
-No rule grants ``EXECUTE``: a forked worker never needs ``execve`` (shared libraries are mapped
-with ``mmap``, which Landlock does not check), so ``/bin/sh`` and friends stay out of reach even
-under ``fs:read:*``. A path that does not exist is skipped, never an error.
+No rule of a Python worker grants ``EXECUTE``: a forked worker never needs ``execve`` (shared
+libraries are mapped with ``mmap``, which Landlock does not check), so ``/bin/sh`` and friends
+stay out of reach even under ``fs:read:*``. A browser worker's policy grants it on the browser's
+install directory and the ELF loader only (``Policy.grants``). A path that does not exist is
+skipped, never an error.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ The root child, once it runs as the stand-in per-app uid, checks what would stil
 granted tree it cannot list in its filesystem view (``sandbox/fsview.py`` gets around 0700
 parents, not a tree's own mode) and standard-library modules it cannot import.
 It also names the headless browser web apps run in (``sandbox/browser.py``) and its version, or
-how to install it. ``python -m aotui.sandbox.probe`` prints the result as JSON.
+how to install it, and starts it once inside a browser worker's confinement.
+``python -m aotui.sandbox.probe`` prints the result as JSON.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import json
 import os
 import platform
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -28,7 +31,7 @@ from aotui.protocol.messages import SandboxLayer
 from aotui.sandbox import browser, cgroups, landlock
 from aotui.sandbox.confine import apply_layers, required_layers
 from aotui.sandbox.linux import prctl
-from aotui.sandbox.policy import Policy
+from aotui.sandbox.policy import DEFAULT_LIMITS, Policy
 
 __all__ = ["LAYERS", "browser_report", "probe"]
 
@@ -38,6 +41,10 @@ LAYERS = tuple(layer.value for layer in SandboxLayer)
 #: The uid a root probe drops to, standing in for a per-app uid.
 PROBE_UID = 65534
 _TIMEOUT_S = 5.0
+#: A browser worker's start, confined, with its first CDP reply (~0.1 s here).
+_BROWSER_TIMEOUT_S = 30.0
+#: What the probe's browser worker may use: Chromium runs ~8 processes and ~60 threads.
+BROWSER_PROBE_LIMITS = {"pids": 512, "open_files": 1024, "memory_mb": 1024}
 #: Modules an app may import that nothing imports before: with C extensions, data files, packages.
 SAMPLE_IMPORTS = ("zoneinfo", "sqlite3", "email.mime.text", "xml.etree.ElementTree", "unittest")
 _PR_SET_PDEATHSIG = 1
@@ -85,13 +92,39 @@ def _what_stops_apps(trees: list[str]) -> list[str]:
     return found
 
 
-def _child_main(drop_to: int | None, write_end: int) -> None:
+def _browser_in_child(tmp_dir: str) -> dict[str, Any]:
+    """Runs in the forked child: confine as a browser worker would, start the browser, close it."""
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    root = os.geteuid() == 0
+    policy = Policy(
+        app="aotui-probe",
+        uid=PROBE_UID if root else None,
+        gid=PROBE_UID,
+        tmp_dir=tmp_dir,
+        browser=True,
+        limits={**DEFAULT_LIMITS, **BROWSER_PROBE_LIMITS},
+    )
+    report = apply_layers(policy)
+    if "TMPDIR" not in os.environ:
+        os.environ["TMPDIR"] = tmp_dir
+    started = browser.launch()
+    started.close()
+    return {
+        "layers": report.active,
+        "start_ms": round(started.start_s * 1000, 1),
+        "chromium_sandbox": started.chromium_sandbox,
+        "reason": started.sandbox_reason,
+    }
+
+
+def _child_main(drop_to: int | None, write_end: int, browser_tmp: str | None = None) -> None:
     """The forked child: answer on the pipe, whatever happens, and never return."""
     try:
+        os.setsid()  # its own process group: the parent kills all it started
         # As the zygote's child does: only 0-3 open.
         os.dup2(write_end, 3)
         os.closerange(4, os.sysconf("SC_OPEN_MAX"))
-        result = _in_child(drop_to)
+        result = _browser_in_child(browser_tmp) if browser_tmp else _in_child(drop_to)
     except BaseException as exc:  # noqa: BLE001 - the probe child reports any failure to its parent
         result = {"error": f"{type(exc).__name__}: {exc}"}
     try:
@@ -100,14 +133,16 @@ def _child_main(drop_to: int | None, write_end: int) -> None:
         os._exit(0)
 
 
-def _run(drop_to: int | None) -> dict[str, Any]:
+def _run(
+    drop_to: int | None, browser_tmp: str | None = None, timeout_s: float = _TIMEOUT_S
+) -> dict[str, Any]:
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _child_main(drop_to, write_end)
+        _child_main(drop_to, write_end, browser_tmp)
     os.close(write_end)
     data = b""
-    deadline = time.monotonic() + _TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
             ready, _, _ = select.select([read_end], [], [], deadline - time.monotonic())
@@ -117,8 +152,8 @@ def _run(drop_to: int | None) -> dict[str, Any]:
             data += chunk
     finally:
         os.close(read_end)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         cgroups.remove_cgroups("aotui-probe", pid)
     if not data:
@@ -163,7 +198,15 @@ def browser_report() -> dict[str, Any]:
         version = browser.version(found[0])
     except (OSError, subprocess.SubprocessError) as exc:
         version = f"unknown ({exc})"
-    return {"installed": True, "path": found[0], "version": version}
+    report: dict[str, Any] = {"installed": True, "path": found[0], "version": version}
+    tmp = tempfile.mkdtemp(prefix="aotui-probe-browser-")
+    try:
+        if os.geteuid() == 0:
+            os.chown(tmp, PROBE_UID, PROBE_UID)
+        report["confined"] = _run(None, tmp, _BROWSER_TIMEOUT_S)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report
 
 
 def probe() -> dict[str, Any]:

@@ -310,7 +310,14 @@ def test_doctor_names_the_browser_or_how_to_install_it() -> None:
     report = probe.browser_report()
     assert report["installed"] is True
     assert report["version"].startswith("Chromium ")
-    assert report["version"] in format_doctor({**EMPTY_DOCTOR, "browser": report})
+    # Started once inside a browser worker's confinement, as this user (root: the probe uid).
+    assert report["confined"]["start_ms"] > 0, report
+    assert "seccomp" in report["confined"]["layers"]
+    text = format_doctor({**EMPTY_DOCTOR, "browser": report})
+    assert report["version"] in text
+    assert "starts inside a worker's sandbox in" in text
+    failed = {**report, "confined": {"error": "BrowserError: boom"}}
+    assert "does NOT start" in format_doctor({**EMPTY_DOCTOR, "browser": failed})
     missing = format_doctor({**EMPTY_DOCTOR, "browser": {"installed": False, "install": "x"}})
     assert "none installed (install it: x)" in missing
     assert browser.INSTALL_HINT == "apt-get install chromium-headless-shell"

@@ -80,6 +80,15 @@ def format_doctor(report: dict[str, Any]) -> str:
         lines.append("")
         if web.get("installed"):
             lines.append(f"browser for web apps: {web['version']} ({web['path']})")
+            confined = web.get("confined") or {}
+            if "start_ms" in confined:
+                own = "on" if confined["chromium_sandbox"] else f"off: {confined['reason']}"
+                lines.append(
+                    f"  starts inside a worker's sandbox in {confined['start_ms']:.0f} ms"
+                    f" (Chromium's own sandbox {own})"
+                )
+            elif confined:
+                lines.append(f"  does NOT start inside a worker's sandbox: {confined['error']}")
         else:
             lines.append(f"browser for web apps: none installed (install it: {web['install']})")
     return "\n".join(lines)
