@@ -64,7 +64,7 @@ def peer(desktop: RunningDesktop) -> Iterator[RpcPeer]:
     [
         (b"{not json", PARSE_ERROR),
         (b"\xff\xfe", PARSE_ERROR),
-        (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', INVALID_REQUEST),
+        (b"[" + b",".join([b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'] * 33) + b"]", -32600),
         (b"[]", INVALID_REQUEST),
         (b"42", INVALID_REQUEST),
         (b'{"id": 1, "method": "ping"}', INVALID_REQUEST),

@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from aotui.protocol.structure import sanitize
 from aotui.supervisor.desktop.system_log import SystemLog, said_by
+from aotui.supervisor.interface.jsonrpc import (
+    INVALID_REQUEST,
+    MAX_BATCH,
+    RpcBatch,
+    RpcCall,
+    RpcFailure,
+    parse_line,
+)
 from aotui.supervisor.interface.launch import DesktopLaunch
 from tests.conftest import TEST_APPS, run_desktop, stop_desktops, write_config
 from tests.rpc_peer import RpcPeer
@@ -96,3 +108,75 @@ def test_the_json_snapshot_marks_what_waits_for_the_users_confirmation(tmp_path:
         assert confirm[("app_0", "purge")] is False
     finally:
         stop_desktops([desktop])
+
+
+def batch(*calls: dict[str, Any]) -> bytes:
+    return json.dumps([{"jsonrpc": "2.0", **call} for call in calls]).encode() + b"\n"
+
+
+def test_a_batch_is_parsed_into_its_calls_within_the_limit() -> None:
+    parsed = parse_line(batch({"id": 1, "method": "ping"}, {"method": "ping"}, {"id": 3}))
+    assert isinstance(parsed, RpcBatch)
+    first, second, third = parsed.calls
+    assert first == RpcCall(1, "ping", {}, notification=False)
+    assert second == RpcCall(None, "ping", {}, notification=True)
+    assert isinstance(third, RpcFailure)
+    assert third.code == INVALID_REQUEST
+    assert isinstance(
+        parse_line(batch(*[{"id": i, "method": "ping"} for i in range(32)])), RpcBatch
+    )
+    for refused in (b"[]\n", batch(*[{"id": i, "method": "ping"} for i in range(33)])):
+        failure = parse_line(refused)
+        assert isinstance(failure, RpcFailure)
+        assert failure.code == INVALID_REQUEST
+    assert "at most 32 requests, not 33" in failure.message
+
+
+def test_a_batch_through_rpc_sock_is_answered_by_one_array_line(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"])
+    desktop.client.execute(HINT)
+    bump = {"text": '<context app_id="app_0" view_id="view_0">execute bump</context>'}
+    with RpcPeer(rpc_path(desktop)) as peer:
+        peer.send_raw(
+            batch(
+                {"id": "a", "method": "ping"},
+                {"method": "exec", "params": bump},  # a notification: it runs, no entry
+                {"id": "b", "method": "exec", "params": bump},
+                {"id": "c", "method": "launch"},
+                {"id": "d", "jsonrpc": "1.0", "method": "ping"},
+            )
+        )
+        answer: Any = peer.line()
+        assert isinstance(answer, list), answer
+        assert [entry.get("id") for entry in answer] == ["a", "b", "c", "d"]
+        assert answer[1]["result"] == {"ran": 1, "results": [2]}  # in order, after the other
+        assert answer[2]["error"]["code"] == -32601
+        assert answer[3]["error"]["code"] == INVALID_REQUEST
+        # Notifications only: nothing comes back (the ping after it is answered first).
+        peer.send_raw(batch({"method": "ping"}, {"method": "ping"}))
+        assert peer.call("ping") is not None
+        for refused, words in ((b"[]\n", "empty batch"), (batch(*[{"id": 1}] * 33), "at most 32")):
+            peer.send_raw(refused)
+            error = peer.line()
+            assert error["id"] is None
+            assert error["error"]["code"] == INVALID_REQUEST
+            assert words in error["error"]["message"]
+        assert peer.call("get_capabilities")["limits"]["batch"] == MAX_BATCH
+
+
+@pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+def test_socat_sends_a_batch(start_desktop: Start) -> None:
+    desktop = start_desktop(["echo"])
+    line = batch({"id": 1, "method": "ping"}, {"id": 2, "method": "status"}).decode()
+    result = subprocess.run(
+        ["socat", "-t", "5", "-", f"UNIX-CONNECT:{rpc_path(desktop)}"],
+        input=line,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, lines
+    assert [entry["id"] for entry in json.loads(lines[0])] == [1, 2]

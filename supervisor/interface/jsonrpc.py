@@ -1,9 +1,11 @@
 """JSON-RPC 2.0 framing of the ``rpc.sock`` face: one request a line in, one response a line out.
 
 Every line becomes an :class:`RpcCall` or an :class:`RpcFailure`, with the standard codes for
-what is not a valid call — ``-32700`` parse error, ``-32600`` invalid request (a batch included:
-send one request a line), ``-32601`` unknown method, ``-32602`` bad params (checked here against
-:data:`METHODS`, default deny). aotui's own errors map through
+what is not a valid call — ``-32700`` parse error, ``-32600`` invalid request, ``-32601`` unknown
+method, ``-32602`` bad params (checked here against :data:`METHODS`, default deny). A line may
+also be a batch (a JSON array of 1 to :data:`MAX_BATCH` requests, JSON-RPC 2.0 §6): an
+:class:`RpcBatch`, answered by one array line (one entry a request, none for a notification); an
+empty batch or a longer one is one ``-32600`` error. aotui's own errors map through
 :attr:`~protocol.errors.ErrorCode.jsonrpc_code` (CONTRACT §7) with ``data: {code, recoverable}``.
 """
 
@@ -20,12 +22,15 @@ from aotui.protocol.structure import sanitize
 __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_BATCH",
     "METHODS",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
     "Param",
+    "RpcBatch",
     "RpcCall",
     "RpcFailure",
+    "batch_line",
     "error_line",
     "notification_line",
     "parse_line",
@@ -36,6 +41,8 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+#: Most requests one batch may hold (its calls run in order, one after the other).
+MAX_BATCH = 32
 
 RequestId = str | int | None
 
@@ -123,16 +130,36 @@ class RpcFailure:
     notification: bool = False
 
 
-def parse_line(line: bytes) -> RpcCall | RpcFailure:
-    """One line of input as a call, or the standard error it deserves."""
+@dataclass(frozen=True)
+class RpcBatch:
+    """A batch: its requests in order, each a call or the error it deserves."""
+
+    calls: tuple[RpcCall | RpcFailure, ...]
+
+
+def parse_line(line: bytes) -> RpcCall | RpcFailure | RpcBatch:
+    """One line of input as a call (or a batch of them), or the standard error it deserves."""
     try:
         message = json.loads(line)
     except (ValueError, RecursionError):
-        return RpcFailure(None, PARSE_ERROR, "parse error: a line must be one JSON object")
-    if isinstance(message, list):
         return RpcFailure(
-            None, INVALID_REQUEST, "batch requests are not supported: send one request a line"
+            None, PARSE_ERROR, "parse error: a line must be one JSON object (or an array of them)"
         )
+    if not isinstance(message, list):
+        return _parse_message(message)
+    if not message:
+        return RpcFailure(None, INVALID_REQUEST, "an empty batch: a batch holds 1 or more requests")
+    if len(message) > MAX_BATCH:
+        return RpcFailure(
+            None,
+            INVALID_REQUEST,
+            f"a batch holds at most {MAX_BATCH} requests, not {len(message)}; "
+            f"send the rest in another batch (nothing of this one ran)",
+        )
+    return RpcBatch(tuple(_parse_message(item) for item in message))
+
+
+def _parse_message(message: object) -> RpcCall | RpcFailure:
     if not isinstance(message, dict):
         return RpcFailure(None, INVALID_REQUEST, "a request must be a JSON object")
     raw_id = message.get("id")
@@ -229,6 +256,11 @@ def error_line(
             # desktop's own command hints reach the agent as written, any other tag escaped.
             body["message"] = sanitize(error.message, limit=4000, hints=True)
     return _line({"jsonrpc": "2.0", "id": request_id, "error": body})
+
+
+def batch_line(replies: list[bytes]) -> bytes:
+    """The answer to a batch, one line: the responses (lines of their own) as one JSON array."""
+    return b"[" + b",".join(reply.rstrip(b"\n") for reply in replies) + b"]\n"
 
 
 def notification_line(method: str, params: Mapping[str, Any]) -> bytes:

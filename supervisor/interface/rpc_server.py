@@ -38,10 +38,13 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Signal, SignalReason
 from aotui.supervisor.interface.jsonrpc import (
     INVALID_PARAMS,
+    MAX_BATCH,
     METHODS,
     PARSE_ERROR,
+    RpcBatch,
     RpcCall,
     RpcFailure,
+    batch_line,
     error_line,
     notification_line,
     parse_line,
@@ -267,31 +270,37 @@ class RpcServer:
 
     async def _answer(self, connection: RpcConnection, line: bytes) -> None:
         try:
-            call = parse_line(line)
-            if isinstance(call, RpcFailure):
-                if call.notification:
-                    return
-                reply = error_line(call.id, call)
+            parsed = parse_line(line)
+            if isinstance(parsed, RpcBatch):  # its calls in order, answered together (one slot)
+                replies = [await self._reply(connection, call) for call in parsed.calls]
+                answered = [reply for reply in replies if reply is not None]
+                reply = batch_line(answered) if answered else None  # all notifications: nothing
             else:
-                try:
-                    reply = result_line(call.id, await self._call(connection, call))
-                except _BadParams as exc:
-                    reply = error_line(call.id, RpcFailure(call.id, INVALID_PARAMS, str(exc)))
-                except AotuiError as exc:
-                    raw = call.params.get("as_control") is True  # as the control socket says it
-                    reply = error_line(call.id, exc, sanitized=not raw)
-                except Exception as exc:  # noqa: BLE001 - our bug: logged, answered E_INTERNAL
-                    log.error("internal error: %s", traceback.format_exc())
-                    internal = AotuiError(
-                        ErrorCode.E_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
-                    )
-                    reply = error_line(call.id, internal)
-                if call.notification:
-                    return
-            await connection.send(reply, self.limits.write_timeout_s)
+                reply = await self._reply(connection, parsed)
+            if reply is not None:
+                await connection.send(reply, self.limits.write_timeout_s)
         finally:
             self.book.ended(connection)
             connection.slots.release()
+
+    async def _reply(self, connection: RpcConnection, call: RpcCall | RpcFailure) -> bytes | None:
+        """The response line to one call; ``None`` for a notification."""
+        if isinstance(call, RpcFailure):
+            return None if call.notification else error_line(call.id, call)
+        try:
+            reply = result_line(call.id, await self._call(connection, call))
+        except _BadParams as exc:
+            reply = error_line(call.id, RpcFailure(call.id, INVALID_PARAMS, str(exc)))
+        except AotuiError as exc:
+            raw = call.params.get("as_control") is True  # as the control socket says it
+            reply = error_line(call.id, exc, sanitized=not raw)
+        except Exception as exc:  # noqa: BLE001 - our bug: logged, answered E_INTERNAL
+            log.error("internal error: %s", traceback.format_exc())
+            internal = AotuiError(
+                ErrorCode.E_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+            )
+            reply = error_line(call.id, internal)
+        return None if call.notification else reply
 
     # --- methods --------------------------------------------------------------------------------
 
@@ -407,6 +416,7 @@ class RpcServer:
             "signal_reasons": list(SIGNAL_REASONS),
             "limits": {
                 **dataclasses.asdict(self.limits),
+                "batch": MAX_BATCH,  # requests one batch line may hold
                 "operation_timeout_ms": self.supervisor.config.operation_timeout_ms,
                 "snapshot_ttl_s": self.supervisor.config.snapshot_ttl_s,
                 "lease_s": self.supervisor.config.lease_s,
