@@ -41,6 +41,8 @@ pytestmark = [
     ),
 ]
 
+#: A task's flag while it exits (``/proc/PID/stat`` field 9).
+PF_EXITING = 0x4
 #: The least a doctor report holds.
 EMPTY_DOCTOR = {"kernel": "k", "machine": "m", "python": "p", "landlock_abi": 7, "euid": 0}
 #: Chromium's processes and threads: far over a Python worker's 32 (RLIMIT_NPROC counts threads).
@@ -192,6 +194,7 @@ def test_the_page_reaches_no_network(mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_the_browser_dies_with_the_worker_s_process_group(mode: str) -> None:
     found: list[psutil.Process] = []
+    seen: dict[int, tuple[str, int, str]] = {}
 
     def attempt() -> int:
         b = browser.launch()
@@ -200,19 +203,30 @@ def test_the_browser_dies_with_the_worker_s_process_group(mode: str) -> None:
 
     def inspect(pid: int) -> None:
         for proc in psutil.process_iter():
-            with contextlib.suppress(psutil.Error):
+            with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(proc.pid) == pid and proc.pid != pid:
                     found.append(proc)
+                    cgroup = Path(f"/proc/{proc.pid}/cgroup").read_text()
+                    # An exiting process is shown in the root cgroup (v1): only the living,
+                    # by PF_EXITING (set before it leaves its cgroups), read after the cgroups.
+                    stat = Path(f"/proc/{proc.pid}/stat").read_text()
+                    flags = int(stat.rsplit(")", 1)[1].split()[6])
+                    if not flags & PF_EXITING:
+                        seen[proc.pid] = (proc.name(), proc.uids().real, cgroup)
 
     with browser_tree(mode) as (_tree, policy):
         out = run_confined(
             mode, policy, attempt, before=close_inherited_descriptors, inspect=inspect, timeout_s=60
         )
     assert out.error is None, out
-    names = {proc.name() for proc in found if proc.is_running()} if found else set()
-    # The browser, its zygote and renderer are all in the worker's group, as the worker's uid.
-    assert out.value in {proc.pid for proc in found}
-    assert len(found) >= 3, names
+    # The browser, its zygotes and renderer are all in the worker's group, as the worker's uid,
+    # and as root in the worker's cgroups (memory and pids cover the whole browser tree).
+    assert out.value in seen
+    assert len(seen) >= 3, seen
+    assert {uid for _name, uid, _cgroup in seen.values()} == {mode_uid(mode)}, seen
+    if mode == "root":
+        bad = {p: v for p, v in seen.items() if "aotui-test-" not in v[2]}
+        assert not bad, bad
     deadline = time.monotonic() + 10
     while any(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE for proc in found):
         assert time.monotonic() < deadline, [p for p in found if p.is_running()]
@@ -231,12 +245,26 @@ def test_exec_stays_the_browser_s_alone(mode: str) -> None:
         # A Python worker's profile still refuses execve, the browser itself included.
         python = run_confined(mode, tree.policy(mode), lambda: try_exec(binary[0]))
     assert python.error == "PermissionError", python
+
+    def drop_and_exec() -> None:
+        # An executable the worker writes itself (a copy of the ELF loader it may run).
+        loader = os.path.realpath(browser.ELF_LOADERS[0 if MACHINE == "x86_64" else 1])
+        dropped = os.path.join(os.environ["TMPDIR"], "dropped")
+        fd = os.open(dropped, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+        with open(loader, "rb") as source:
+            os.write(fd, source.read())
+        os.close(fd)
+        try_exec(dropped)
+
     with browser_tree(mode) as (_tree, policy):
         shell = run_confined(mode, policy, lambda: try_exec("/bin/sh"))
         python3 = run_confined(mode, policy, lambda: try_exec("/usr/bin/python3"))
-    # A browser worker may execute only the browser's files and the ELF loader (Landlock).
+        dropped = run_confined(mode, policy, drop_and_exec)
+    # A browser worker may execute only the browser's files and the ELF loader: /bin/sh and
+    # python3 are not in its view, and a file it wrote is refused by Landlock (EACCES).
     assert shell.denied, shell
     assert python3.denied, python3
+    assert dropped.error == "PermissionError", dropped
 
 
 @pytest.mark.parametrize("mode", MODES)
