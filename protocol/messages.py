@@ -168,6 +168,9 @@ class Signal(Message):
     #: Every distinct reason since the previous signal, first-seen order (none lost to the
     #: throttle); empty from a sender that predates the field.
     reasons: list[SignalReason] = field(default_factory=list)
+    #: The app ids the changes since the previous signal concern, first-seen order, where the
+    #: desktop knows them (a change of its own, System Logs say, adds none).
+    apps: list[str] = field(default_factory=list)
 
 
 #: The client ↔ supervisor kinds, all a client reads or sends.

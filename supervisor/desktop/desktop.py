@@ -76,7 +76,7 @@ class Desktop:
         config: DesktopConfig,
         paths: DesktopPaths,
         context: zmq.asyncio.Context,
-        on_change: Callable[[SignalReason], None],
+        on_change: Callable[..., None],
     ) -> None:
         self.config = config
         self.paths = paths
@@ -517,13 +517,13 @@ class Desktop:
 
     def _moved(self, app: AppRecord, old: AppStatus, new: AppStatus) -> None:
         if new is AppStatus.RUNNING and old is AppStatus.STARTING:
-            self.on_change(SignalReason.APP_OPENED)
+            self.on_change(SignalReason.APP_OPENED, app.app_id)
         elif new is AppStatus.NOT_RUNNING:
-            self.on_change(SignalReason.APP_CLOSED)
+            self.on_change(SignalReason.APP_CLOSED, app.app_id)
         elif new in (AppStatus.RESTARTING, AppStatus.FAILED):
-            self.on_change(SignalReason.APP_CRASHED)
+            self.on_change(SignalReason.APP_CRASHED, app.app_id)
         else:
-            self.on_change(SignalReason.DOM_MUTATION)
+            self.on_change(SignalReason.DOM_MUTATION, app.app_id)
 
     def app(self, ref: str) -> AppRecord:
         """An app by ``app_N`` or manifest id; ``E_NOT_FOUND`` listing what exists."""
@@ -663,7 +663,7 @@ class Desktop:
         if action in (Action.HIDE_VIEW, Action.SHOW_VIEW):
             app.views.mounted_view(view_id)
             (app.views.hidden.add if action is Action.HIDE_VIEW else app.views.hidden.discard)(key)
-            self.on_change(SignalReason.DOM_MUTATION)
+            self.on_change(SignalReason.DOM_MUTATION, app.app_id)
             return
         if action is Action.MOUNT_VIEW:
             await self.deliver(app, lambda rid: Mount(rid, key), f"mount {view_id}", deadline)
@@ -817,10 +817,10 @@ class Desktop:
             )
         except AotuiError as exc:
             self.confirmations.decide(pending.ident, Outcome(Verdict.FAILED, error=exc))
-            self.on_change(SignalReason.DOM_MUTATION)
+            self.on_change(SignalReason.DOM_MUTATION, pending.app)
             raise
         self.confirmations.decide(pending.ident, Outcome(Verdict.RAN, result))
-        self.on_change(SignalReason.DOM_MUTATION)
+        self.on_change(SignalReason.DOM_MUTATION, pending.app)
         return result
 
     def refuse(self, pending: PendingConfirmation, reason: str | None) -> dict[str, Any]:
@@ -840,7 +840,7 @@ class Desktop:
                 f"user{why}"
             )
         self.log(f"The user refused {pending.ident} ({pending.operation} on {pending.app}){why}.")
-        self.on_change(SignalReason.DOM_MUTATION)
+        self.on_change(SignalReason.DOM_MUTATION, pending.app)
         return {"confirmation": pending.ident, "verdict": Verdict.REFUSED.value}
 
     async def deliver(

@@ -19,7 +19,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -82,6 +82,8 @@ class Supervisor:
         self.paths = paths
         self.lease = InputLease(config.lease_s)
         self.throttle = SignalThrottle(config.signal_rate_per_s)
+        #: The app ids of the changes the throttle holds (first-seen order), for their signal.
+        self._held_apps: dict[str, None] = {}
         self.stopping = asyncio.Event()
         # Uptime is this process's, not the stored desktop's age (which survives down/up).
         self.started = time.monotonic()
@@ -275,22 +277,29 @@ class Supervisor:
 
     # --- signals --------------------------------------------------------------------------------
 
-    def changed(self, reason: str) -> None:
-        """Something on the desktop changed: publish now or hold for the trailing edge."""
+    def changed(self, reason: str, app: str | None = None) -> None:
+        """Something on the desktop changed (of ``app``, when one app's): publish now or hold
+        for the trailing edge."""
         for listener in self.change_listeners:
             listener(reason)
         burst = self.throttle.offer(reason)
-        if burst is not None:
-            self._publish(*burst)
+        if burst is not None:  # nothing was held: this change is the signal's only one
+            self._publish(*burst, apps=[app] if app is not None else [])
         else:
+            if app is not None:
+                self._held_apps[app] = None
             self.signal_wake.set()
 
-    def _publish(self, reason: str, reasons: tuple[str, ...]) -> bool:
+    def _publish(self, reason: str, reasons: tuple[str, ...], apps: Sequence[str] = ()) -> bool:
         """Send one signal now; False when a chaos run's signal_loss fault dropped it."""
         if self.chaos is not None and not self.chaos.on_signal(reason, reasons):
             return False
         signal_message = Signal(
-            self.config.desktop, time.time(), SignalReason(reason), list(map(SignalReason, reasons))
+            self.config.desktop,
+            time.time(),
+            SignalReason(reason),
+            list(map(SignalReason, reasons)),
+            list(apps),
         )
         with contextlib.suppress(zmq.ZMQError):
             self.pub.send(codec.encode(signal_message), zmq.NOBLOCK)
@@ -306,7 +315,8 @@ class Supervisor:
             await asyncio.sleep(delay)
             burst = self.throttle.due()
             if burst is not None:
-                self._publish(*burst)
+                apps, self._held_apps = list(self._held_apps), {}
+                self._publish(*burst, apps=apps)
 
     # --- methods --------------------------------------------------------------------------------
 
@@ -604,13 +614,13 @@ class Supervisor:
         """Install the app directory at ``path``."""
         app = self.desktop.install(_text(params, "path"))
         await self.desktop.persist(app)
-        self.changed("dom_mutation")
+        self.changed("dom_mutation", app.app_id)
         return {"app": app.app_id, "id": app.manifest.id, "name": app.name}
 
     async def uninstall(self, params: dict[str, Any]) -> dict[str, Any]:
         """Stop and remove an app."""
         app = await self.desktop.uninstall(_text(params, "app"))
-        self.changed("app_closed")
+        self.changed("app_closed", app.app_id)
         return {"app": app.app_id, "id": app.manifest.id}
 
     async def say(self, params: dict[str, Any]) -> Any:

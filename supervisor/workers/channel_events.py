@@ -60,7 +60,7 @@ class ChannelEvents:
             if not worker.first_update.done():
                 worker.first_update.set_result(None)
             elif app.status is AppStatus.RUNNING:
-                self.host.changed(SignalReason.DOM_MUTATION)
+                self.host.changed(SignalReason.DOM_MUTATION, app.app_id)
         elif isinstance(message, LogRecord):
             self._log_line(app, worker, message)
         elif isinstance(message, HttpCall):

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import zmq.asyncio
 
-from aotui.protocol.messages import SignalReason
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.paths import DesktopPaths
@@ -28,8 +27,9 @@ class RunnerHost:
     apps: Callable[[], Sequence[AppRecord]]
     #: Adds a line to System Logs (``text``, ``owner``).
     log: Callable[..., None]
-    #: Tells the desktop's clients something changed (a throttled signal).
-    changed: Callable[[SignalReason], None]
+    #: Tells the desktop's clients something changed (a throttled signal): ``reason``, and the
+    #: ``app`` id it concerns.
+    changed: Callable[..., None]
 
     def app_of(self, worker: WorkerHandle) -> AppRecord | None:
         """The app ``worker`` serves, or ``None`` once it no longer does."""

@@ -107,7 +107,7 @@ class AppLifecycle:
         handle.last_pong = handle.serving_since = time.monotonic()
         app.transition(AppStatus.RUNNING)
         if restarting:
-            self.host.changed(SignalReason.APP_RESTARTED)
+            self.host.changed(SignalReason.APP_RESTARTED, app.app_id)
         what = "restarted" if restarting else "opened"
         # The pid and the layer list are status's (aotui status): here they cost every snapshot
         # ~60 tokens an app. A missing layer strict mode would insist on is still named.

@@ -24,7 +24,6 @@ from typing import Any
 
 import zmq.asyncio
 
-from aotui.protocol.messages import SignalReason
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.paths import DesktopPaths
@@ -54,7 +53,7 @@ class AppRunner:
         context: zmq.asyncio.Context,
         apps: Callable[[], Sequence[AppRecord]],
         log: Callable[..., None],
-        on_change: Callable[[SignalReason], None],
+        on_change: Callable[..., None],
     ) -> None:
         host = RunnerHost(config, paths, context, apps, log, on_change)
         self.host = host
