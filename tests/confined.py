@@ -217,6 +217,9 @@ def run_confined(
     ``before()`` runs in the child just before :func:`confine`; ``inspect(pid)`` runs in the
     parent once the child has answered (or died), before its cgroups are removed.
     """
+    # Any policy, not only a Tree's: the RLIMIT_AS backstop counts what the child inherits.
+    limits = {"memory_mb": DEFAULT_LIMITS["memory_mb"] + inherited_excess_mb()}
+    policy = {**policy, "limits": {**limits, **(policy.get("limits") or {})}}
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest

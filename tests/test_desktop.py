@@ -292,6 +292,20 @@ def test_crash_mid_operation_restarts_with_state(start_desktop: Start) -> None:
     assert "Count: 2" in client.snapshot()  # the acknowledged state survived
 
 
+def test_signals_subscribe_when_asked_not_at_the_first_next(start_desktop: Start) -> None:
+    # A change made between signals() and the first next() was lost: the subscription was
+    # made only then, after the change had been published (the first of a quiet desktop's
+    # changes goes out at once, with no trailing edge to catch).
+    desktop = start_desktop(["echo"])
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    time.sleep(0.3)  # past the throttle's window: the next change is published at once
+    signals = client.signals(timeout_s=5)
+    time.sleep(0.05)  # ZeroMQ's subscription handshake, done by its own thread
+    client.execute('<context app_id="app_0" view_id="view_0">execute bump</context>')
+    assert next(signals).reason == "dom_mutation"
+
+
 def test_signals_are_published(start_desktop: Start) -> None:
     desktop = start_desktop(["echo"])
     client = desktop.client

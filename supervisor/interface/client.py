@@ -403,7 +403,11 @@ class Client:
         self.call("shutdown")
 
     def signals(self, timeout_s: float | None = None) -> Iterator[Signal]:
-        """Yield signals as they are published; stops after ``timeout_s`` of silence."""
+        """Yield signals as they are published; stops after ``timeout_s`` of silence.
+
+        Subscribes when called, not at the first ``next()``: a change made between the two
+        (``signals = client.signals(); client.execute(...)``) is not missed.
+        """
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -414,6 +418,10 @@ class Client:
             raise DesktopUnavailable(
                 f"cannot reach the desktop at {self.paths.root}: {exc}"
             ) from None
+        return self._receive(sock, timeout_s)
+
+    @staticmethod
+    def _receive(sock: zmq.Socket[bytes], timeout_s: float | None) -> Iterator[Signal]:
         try:
             while True:
                 if not sock.poll(None if timeout_s is None else int(timeout_s * 1000)):
