@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import os
 import re
+import resource
 import signal
 import subprocess
 import time
@@ -27,6 +28,7 @@ from aotui.sandbox.cdp import CDPFailure, Pipe
 __all__ = [
     "CANDIDATES",
     "INSTALL_HINT",
+    "MIN_TASKS",
     "Browser",
     "BrowserError",
     "BrowserProcess",
@@ -73,6 +75,9 @@ _FLAGS = (
     "--mute-audio",
 )
 _START_S = 20.0
+#: The fewest tasks (processes and threads: ``RLIMIT_NPROC`` counts both) the browser runs one
+#: page with: 8 processes, ~57 threads measured; at 32 the renderer crashes.
+MIN_TASKS = 64
 
 
 class BrowserError(RuntimeError):
@@ -220,6 +225,13 @@ def launch(profile_parent: str | None = None, *, chromium_sandbox: bool | None =
     found = find_browser()
     if found is None:
         raise BrowserError(f"no headless browser is installed; install one: {INSTALL_HINT}")
+    tasks, _hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if tasks != resource.RLIM_INFINITY and tasks < MIN_TASKS:
+        # Otherwise it starts, and its renderer crashes at the first page (measured at 32).
+        raise BrowserError(
+            f"the app's pids limit ({tasks}) is below the {MIN_TASKS} tasks the browser needs"
+            " (about 8 processes and 60 threads for one page); raise limits.pids"
+        )
     path, extra = found
     parent = profile_parent or os.environ.get("TMPDIR") or "/tmp"
     reason = _why_no_chromium_sandbox()

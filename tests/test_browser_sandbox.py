@@ -365,3 +365,12 @@ def test_the_root_view_s_proc_shows_only_the_worker_s_own_processes() -> None:
     assert out.value["me"] in out.value["pids"]
     assert 1 not in out.value["pids"]
     assert out.value["uids"] == [mode_uid("root")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_pids_limit_the_browser_cannot_run_in_is_refused_with_the_reason(mode: str) -> None:
+    with browser_tree(mode) as (_tree, policy):
+        policy["limits"] = {**policy["limits"], "pids": 32}
+        out = run_confined(mode, policy, browser.launch, timeout_s=30)
+    assert out.error == "BrowserError", out
+    assert "pids limit (32)" in out.message
