@@ -88,6 +88,8 @@ class Pipe:
         self._next_id = 0
         self._buffer = bytearray()
         self._replies: dict[int, dict[str, Any]] = {}
+        #: Ids of calls that failed before their reply came.
+        self._abandoned: set[int] = set()
         self._events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         #: Session ids whose target crashed.
         self.crashed: set[str] = set()
@@ -111,14 +113,23 @@ class Pipe:
         if session:
             message["sessionId"] = session
         self._write(json.dumps(message).encode() + b"\0", deadline)
-        while ident not in self._replies:
-            self._check_crash(session)
-            self._read(deadline, f"{method} got no reply within {timeout_s:g} s")
+        try:
+            while ident not in self._replies:
+                self._check_crash(session)
+                self._read(deadline, f"{method} got no reply within {timeout_s:g} s")
+        except CDPFailure:
+            self._abandoned.add(ident)  # its late reply is dropped, not kept forever
+            raise
         reply = self._replies.pop(ident)
         if "error" in reply:
-            error = reply["error"]
-            raise CDPError(method, int(error.get("code", 0)), str(error.get("message", "")))
-        result: dict[str, Any] = reply.get("result", {})
+            error = reply["error"] if isinstance(reply["error"], dict) else {}
+            code = error.get("code")
+            raise CDPError(
+                method, code if isinstance(code, int) else 0, str(error.get("message", reply))
+            )
+        result = reply.get("result", {})
+        if not isinstance(result, dict):
+            raise CDPError(method, 0, f"a reply that is not an object: {result!r:.200}")
         return result
 
     def wait_event(
@@ -221,7 +232,10 @@ class Pipe:
             return
         ident = message.get("id")
         if isinstance(ident, int):
-            self._replies[ident] = message
+            if ident in self._abandoned:
+                self._abandoned.discard(ident)
+            elif 0 < ident <= self._next_id:  # only replies to calls made
+                self._replies[ident] = message
             return
         if not isinstance(message.get("method"), str):
             return

@@ -305,9 +305,19 @@ def test_a_closed_pipe_or_a_silent_peer_raises_and_never_hangs() -> None:
     pipe = Pipe(commands_w, replies_r)
     with pytest.raises(CDPTimeout):
         pipe.call("Browser.getVersion", timeout_s=0.2)
-    os.write(replies_w, b'{"id": 2, "error": {"code": -32601, "message": "nope"}}\0')
+    # The timed-out call's late reply and one to no call are dropped; malformed replies are
+    # typed errors.
+    os.write(replies_w, b'{"id": 1, "result": {}}\0{"id": 2, "error": {"code": -32601, ')
+    os.write(replies_w, b'"message": "nope"}}\0{"id": 9, "result": {}}\0')
     with pytest.raises(CDPError, match="nope"):
         pipe.call("Nope.nope", timeout_s=1)
+    os.write(replies_w, b'{"id": 3, "error": "x"}\0')
+    with pytest.raises(CDPError):
+        pipe.call("Bad.error", timeout_s=1)
+    os.write(replies_w, b'{"id": 4, "result": 5}\0')
+    with pytest.raises(CDPError, match="not an object"):
+        pipe.call("Bad.result", timeout_s=1)
+    assert not pipe._replies
     os.write(replies_w, b'{"method": "Inspector.targetCrashed", "sessionId": "S"}\0')
     with pytest.raises(CDPCrashed):
         pipe.call("Runtime.evaluate", session="S", timeout_s=1)
