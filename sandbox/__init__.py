@@ -7,10 +7,12 @@
 - :mod:`sandbox.zygote` — the pre-loaded process that forks workers; ``warm_up`` is what it
   runs once before forking, so that every worker shares what that builds.
 - :mod:`sandbox.confine` — confinement applied before the app's first line, layer by layer:
-  ``policy`` (what the supervisor grants), ``cgroups``, ``namespaces``, ``handles`` (the granted
-  trees across the uid drop), ``rlimits``, ``landlock``, ``seccomp``, on ``linux`` (the ctypes
-  calls); ``probe`` says which layers a machine allows
+  ``policy`` (what the supervisor grants), ``cgroups``, ``namespaces``, ``fsview`` (the worker's
+  own filesystem view: a mount namespace holding only its grants), ``rlimits``, ``landlock``,
+  ``seccomp``, on ``linux`` (the ctypes calls); ``probe`` says which layers a machine allows
   (``python -m aotui.sandbox.probe``). See ``docs/sandbox.md``.
+- :mod:`sandbox.browser` and :mod:`sandbox.cdp` — a headless Chromium inside a worker's
+  confinement, driven over ``--remote-debugging-pipe`` (the start of web apps, issue 22).
 """
 
 # Exports load on first use (protocol/lazy.py): `aotui status` and every worker import one

@@ -16,6 +16,7 @@ root copies it, so the copy trusts no name twice:
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -95,7 +96,14 @@ def _copy_dir(src: int, dst: int, name: str, budget: _Budget, uid: int, gid: int
                 os.chown(entry, uid, gid, dir_fd=dst, follow_symlinks=False)
             elif stat.S_ISDIR(info.st_mode):
                 budget.charge(path, 0)
-                inner = os.open(entry, _DIRECTORY, dir_fd=src)
+                try:
+                    inner = os.open(entry, _DIRECTORY, dir_fd=src)
+                except (FileNotFoundError, NotADirectoryError) as exc:
+                    raise CopyRefused(path, "it changed while it was being copied") from exc
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:  # a symlink swapped in: O_NOFOLLOW refused it
+                        raise
+                    raise CopyRefused(path, "it changed while it was being copied") from exc
                 try:
                     if os.fstat(inner)[:2] != info[:2]:  # swapped since the O_PATH open
                         raise CopyRefused(path, "it changed while it was being copied")
