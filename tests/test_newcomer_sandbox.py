@@ -85,14 +85,19 @@ def test_an_app_in_a_private_directory_opens(start_desktop: Start, tmp_path: Pat
 STRANGER = 64999
 
 
+def as_with_umask_077(app_dir: Path) -> None:
+    """Modes as a checkout made with umask 077 has them: directories 0700, files 0600."""
+    for path in [app_dir, *app_dir.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+
+
 def test_an_app_whose_own_files_are_unreadable_reads_them_through_an_idmapped_mount(
     start_desktop: Start, tmp_path: Path
 ) -> None:
     if not ROOT:
         pytest.skip("unprivileged, a worker keeps the user's uid, which reads the user's files")
     app_dir = private_copy(tmp_path, "importer")  # as a checkout made with umask 077 would be
-    for path in [app_dir, *app_dir.rglob("*")]:
-        path.chmod(0o700 if path.is_dir() else 0o600)
+    as_with_umask_077(app_dir)
     desktop = start_desktop([str(app_dir)])
     desktop.client.execute("<context>open --application app_0</context>")
     result = run(desktop, "app_0", "execute imports")
@@ -111,8 +116,7 @@ def test_an_app_an_idmapped_mount_cannot_open_runs_from_a_private_copy(
     if not ROOT:
         pytest.skip("unprivileged, a worker keeps the user's uid, which reads the user's files")
     app_dir = private_copy(tmp_path, "importer")
-    for path in [app_dir, *app_dir.rglob("*")]:
-        path.chmod(0o700 if path.is_dir() else 0o600)
+    as_with_umask_077(app_dir)
     os.chown(app_dir / "helper.py", STRANGER, STRANGER)  # neither root's nor the uid's
     desktop = start_desktop([str(app_dir)])
     desktop.client.execute("<context>open --application app_0</context>")

@@ -69,12 +69,17 @@ def copy_app(source: Path, copy: Path, uid: int, gid: int) -> None:
         dst = os.open(copy, _DIRECTORY)
         try:
             _copy_dir(src, dst, str(source), budget, uid, gid)
-            os.fchown(dst, uid, gid)
-            os.fchmod(dst, 0o500)
+            _hand_over(dst, uid, gid, 0o500)
         finally:
             os.close(dst)
     finally:
         os.close(src)
+
+
+def _hand_over(fd: int, uid: int, gid: int, mode: int) -> None:
+    """Give the copied entry ``fd`` to the app's ids, read-only (directories searchable)."""
+    os.fchown(fd, uid, gid)
+    os.fchmod(fd, mode)
 
 
 def _copy_dir(src: int, dst: int, name: str, budget: _Budget, uid: int, gid: int) -> None:
@@ -111,8 +116,7 @@ def _copy_dir(src: int, dst: int, name: str, budget: _Budget, uid: int, gid: int
                     out = os.open(entry, _DIRECTORY, dir_fd=dst)
                     try:
                         _copy_dir(inner, out, path, budget, uid, gid)
-                        os.fchown(out, uid, gid)
-                        os.fchmod(out, 0o500)
+                        _hand_over(out, uid, gid, 0o500)
                     finally:
                         os.close(out)
                 finally:
@@ -148,8 +152,7 @@ def _copy_file(
                     budget.charge(path, len(chunk))
                     budget.entries_left += 1
                 os.write(writer, chunk)
-            os.fchown(writer, uid, gid)
-            os.fchmod(writer, 0o400)
+            _hand_over(writer, uid, gid, 0o400)
         finally:
             os.close(writer)
     finally:
