@@ -69,10 +69,10 @@ def _notes_agent(env: dict[str, str]) -> int:
     """Open Notes, then add notes (every third command edits the first one by ref)."""
     with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=20.0) as client:
         notes = next(a["app"] for a in client.status()["apps"] if a["id"] == "com.aotui.notes")
-        client.call("execute", text=f"<context>open --application {notes}</context>")
+        client.call("exec", text=f"<context>open --application {notes}</context>")
         for step in range(len(NOTES_FAULTS) + 4):
             time.sleep(0.1)
-            pulled = client.call("snapshot_structured", session="agent")
+            pulled = client.call("snapshot", format="json", session="agent")
             block = next((a for a in pulled["apps"] if a["app"] == notes), None)
             shown = block is not None and any(
                 block_view.get("refs") for block_view in block["views"]
@@ -253,11 +253,11 @@ def test_http_faults(tmp_path: Path, web: str) -> None:
     def agent(env: dict[str, str]) -> int:
         with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=20.0) as client:
             app = next(a["app"] for a in client.status()["apps"] if a["id"] == "test.fetcher")
-            client.call("execute", text=f"<context>open --application {app}</context>")
+            client.call("exec", text=f"<context>open --application {app}</context>")
             for _ in modes:
                 command = {"app": app, "view": "view_0", "operation": "get", "args": {"url": web}}
                 try:
-                    results.append(client.call("execute", command=command)["results"][0])
+                    results.append(client.call("execute", **command)["results"][0])
                 except AotuiError as exc:
                     results.append(exc.code.value)
         return 0
@@ -296,7 +296,7 @@ def test_kill_supervisor_then_up(tmp_path: Path) -> None:
                 with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=3.0) as client:
                     apps = client.status()["apps"]
                     notes = next(a["app"] for a in apps if a["id"] == "com.aotui.notes")
-                    client.call("execute", text=f"<context>open --application {notes}</context>")
+                    client.call("exec", text=f"<context>open --application {notes}</context>")
                     client.call(
                         "execute",
                         command={
@@ -407,7 +407,7 @@ def test_disk_full_in_an_apps_grant(tmp_path: Path, small_grant: Path) -> None:
     def agent(env: dict[str, str]) -> int:
         with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=20.0) as client:
             app = next(a["app"] for a in client.status()["apps"] if a["id"] == "test.saver")
-            client.call("execute", text=f"<context>open --application {app}</context>")
+            client.call("exec", text=f"<context>open --application {app}</context>")
             for name in ("a", "b", "c"):
                 if name == "c":
                     time.sleep(2.0)  # the filler is gone after its second
@@ -418,7 +418,7 @@ def test_disk_full_in_an_apps_grant(tmp_path: Path, small_grant: Path) -> None:
                     "args": {"name": name},
                 }
                 try:
-                    results.append(client.call("execute", command=command)["results"][0])
+                    results.append(client.call("execute", **command)["results"][0])
                 except AotuiError as exc:
                     results.append(exc.code.value)
         return 0

@@ -16,15 +16,22 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from unittest.mock import patch
 
 import pytest
 
+from aotui.protocol.api import Face
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.interface import rpc_client
 from aotui.supervisor.interface.cli import main
 from aotui.supervisor.interface.client import Client
-from aotui.supervisor.interface.jsonrpc import METHODS, RpcFailure, error_line, parse_line
+from aotui.supervisor.interface.jsonrpc import (
+    INVALID_PARAMS,
+    METHODS,
+    RpcCall,
+    RpcFailure,
+    error_line,
+    parse_line,
+)
 from aotui.supervisor.paths import DesktopPaths
 from tests.conftest import RunningDesktop
 
@@ -174,10 +181,6 @@ def test_a_desktop_older_than_as_control_is_asked_on_the_control_socket(
     # a stand-in listens on rpc.sock and answers so; the control socket is the real desktop's.
     desktop = start_desktop(["echo"])
     paths = DesktopPaths.for_desktop(desktop.name, str(desktop.runtime))
-    older = {
-        **METHODS,
-        "snapshot": {k: v for k, v in METHODS["snapshot"].items() if k != "as_control"},
-    }
     asked: list[bytes] = []
     with without_rpc_socket(desktop), socket.socket(socket.AF_UNIX) as server:
         server.bind(str(paths.rpc_file))
@@ -188,9 +191,16 @@ def test_a_desktop_older_than_as_control_is_asked_on_the_control_socket(
             with peer, peer.makefile("rb") as lines:
                 line = lines.readline()
                 asked.append(line)
-                with patch.dict(METHODS, older):
-                    failure = parse_line(line)
-                assert isinstance(failure, RpcFailure)
+                call = parse_line(line)
+                assert isinstance(call, RpcCall)  # today's desktop takes it; an older one:
+                known = ", ".join(
+                    p for p in METHODS["snapshot"].offered(Face.JSONRPC) if p != "as_control"
+                )
+                failure = RpcFailure(
+                    call.id,
+                    INVALID_PARAMS,
+                    f"snapshot has no parameter 'as_control' (it takes: {known})",
+                )
                 peer.sendall(error_line(failure.id, failure))
 
         stand_in = threading.Thread(target=answer, daemon=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from aotui.protocol.api import ExecParams
 from aotui.protocol.errors import ErrorCode
 from aotui.supervisor.interface.jsonrpc import (
     INVALID_PARAMS,
@@ -87,7 +88,7 @@ def test_what_is_not_a_call_gets_its_standard_code(line: bytes, code: int) -> No
 
 def test_a_call_and_a_notification() -> None:
     call = parse_line(b'{"jsonrpc": "2.0", "id": "a", "method": "exec", "params": {"text": "x"}}')
-    assert call == RpcCall("a", "exec", {"text": "x"}, notification=False)
+    assert call == RpcCall("a", "exec", {"text": "x"}, False, ExecParams(text="x"))
     note = parse_line(b'{"jsonrpc": "2.0", "method": "ping"}')
     assert isinstance(note, RpcCall)
     assert note.notification

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from aotui.protocol.api import PingParams
 from aotui.protocol.structure import sanitize
 from aotui.supervisor.desktop.system_log import SystemLog, said_by
 from aotui.supervisor.interface.jsonrpc import (
@@ -118,8 +119,8 @@ def test_a_batch_is_parsed_into_its_calls_within_the_limit() -> None:
     parsed = parse_line(batch({"id": 1, "method": "ping"}, {"method": "ping"}, {"id": 3}))
     assert isinstance(parsed, RpcBatch)
     first, second, third = parsed.calls
-    assert first == RpcCall(1, "ping", {}, notification=False)
-    assert second == RpcCall(None, "ping", {}, notification=True)
+    assert first == RpcCall(1, "ping", {}, False, PingParams())
+    assert second == RpcCall(None, "ping", {}, True, PingParams())
     assert isinstance(third, RpcFailure)
     assert third.code == INVALID_REQUEST
     assert isinstance(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from aotui.protocol.api import SnapshotParams
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.snapshot import Block, Snapshot, compose
 from aotui.supervisor.desktop.snapshot_budget import fit_budget, shorten_lists
@@ -439,7 +440,7 @@ def test_the_budget_shortens_the_least_recently_touched_first() -> None:
 )
 def test_bad_pull_options_are_typed_errors(params: dict[str, object], says: str) -> None:
     with pytest.raises(AotuiError) as bad:
-        PullOptions.from_params(params)
+        PullOptions.of(SnapshotParams.parse(params))
     assert bad.value.code is ErrorCode.E_INVALID_CMD
     assert says in bad.value.message
 

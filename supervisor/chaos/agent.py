@@ -79,7 +79,7 @@ class RandomAgent:
 
     def _step(self, client: Client, app: str) -> None:
         try:
-            pulled = client.call("snapshot_structured", session=SESSION)
+            pulled = client.call("snapshot", format="json", session=SESSION)
         except DesktopUnavailable:
             raise
         except AotuiError:
@@ -159,11 +159,12 @@ class RandomAgent:
         if snapshot is not None:
             params["snapshot_id"] = snapshot
         if isinstance(command, str):
-            params["text"] = command
+            method, params["text"] = "exec", command
         else:
-            params["command"] = command
+            method = "execute"
+            params.update(command)
         try:
-            client.call("execute", **params)
+            client.call(method, **params)
         except DesktopUnavailable:
             raise
         except AotuiError:

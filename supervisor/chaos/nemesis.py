@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from aotui.protocol.api import ExecParams, ExecuteParams, SayParams
 from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError
 from aotui.protocol.grammar import parse_commands
@@ -116,8 +117,9 @@ class Nemesis(FaultInjector):
         self.http_armed: dict[str, tuple[str, dict[str, Any], float]] = {}
         self.signal_drop: tuple[str, float, int] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._execute = supervisor.methods["execute"]
-        supervisor.methods["execute"] = self.execute
+        # Both ways a command arrives: as text (exec) and by its fields (execute).
+        self._execute = {name: supervisor.methods[name] for name in ("exec", "execute")}
+        supervisor.methods["exec"] = supervisor.methods["execute"] = self.execute
         self._say = supervisor.methods["say"]
         # Each command of a message is acknowledged on its own: its app's state is taken when it
         # returns, since a later command of the same message may find that app restarting.
@@ -168,7 +170,7 @@ class Nemesis(FaultInjector):
             if app.is_live and app.worker is not None:
                 self._state(app, "recovered", fault=fault_id)
 
-    async def execute(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def execute(self, params: ExecParams | ExecuteParams) -> dict[str, Any]:
         """Record the command, inject what it fires, run it, record the reply and states."""
         cid = f"c{self.boot}-{next(self.ids)}"
         commands = _parse(params)
@@ -180,7 +182,7 @@ class Nemesis(FaultInjector):
         token = _current.set(cid)
         try:
             await self._before(fired, first, app)
-            result: dict[str, Any] = await self._execute(params)
+            result: dict[str, Any] = await self._execute[params.METHOD.name](params)
         except AotuiError as exc:
             self._reply(cid, exc)
             self._settled(cid, commands)
@@ -191,11 +193,11 @@ class Nemesis(FaultInjector):
         self._after(fired, first, app)
         return result
 
-    async def say(self, params: dict[str, Any]) -> Any:
+    async def say(self, params: SayParams) -> Any:
         """The user's message changes an app too: its state after it is an acknowledged one."""
         result = await self._say(params)
         with contextlib.suppress(AotuiError):
-            app = self.desktop.app(str(params.get("app") or "system.chat"))
+            app = self.desktop.app(params.app or "system.chat")
             if app.is_live and app.worker is not None:
                 self._state(app, "ack", command=None)
         return result
@@ -208,11 +210,15 @@ class Nemesis(FaultInjector):
         return None
 
     def _record_command(
-        self, cid: str, params: dict[str, Any], first: Command | None, app: AppRecord | None
+        self,
+        cid: str,
+        params: ExecParams | ExecuteParams,
+        first: Command | None,
+        app: AppRecord | None,
     ) -> None:
         session = _session(self.supervisor, params)
-        text = params.get("text") if isinstance(params.get("text"), str) else None
-        snapshot_id = params.get("snapshot_id") or (first.snapshot_id if first else None)
+        text = params.text if isinstance(params, ExecParams) else None
+        snapshot_id = params.snapshot_id or (first.snapshot_id if first else None)
         if not isinstance(snapshot_id, str) and session is not None:
             snapshot_id = self.supervisor.sessions.last(session)
         refs = self._refs_read(first, app, snapshot_id if isinstance(snapshot_id, str) else None)
@@ -357,34 +363,32 @@ class Nemesis(FaultInjector):
                 self._recovery(fid, app, started)
 
 
-def _parse(params: dict[str, Any]) -> list[Command]:
+def _parse(params: ExecParams | ExecuteParams) -> list[Command]:
     """The commands of an execute request, or [] when it is malformed (the desktop says why)."""
     with contextlib.suppress(AotuiError, TypeError, ValueError):
-        if "command" in params:
-            return [Command.from_structured(params["command"])]
-        text = params.get("text")
-        if isinstance(text, str):
-            return parse_commands(text)
+        if isinstance(params, ExecuteParams):
+            return [Command.from_structured(params.command())]
+        return parse_commands(params.text)
     return []
 
 
-def _session(supervisor: Supervisor, params: dict[str, Any]) -> str | None:
+def _session(supervisor: Supervisor, params: ExecParams | ExecuteParams) -> str | None:
     """The session a request speaks for, or None (a bad name is the desktop's to refuse)."""
     try:
-        return supervisor._session(params)
+        return supervisor._session(params.session, params.token)
     except AotuiError:
         return None
 
 
-def _interface(params: dict[str, Any], session: str | None) -> str:
+def _interface(params: ExecParams | ExecuteParams, session: str | None) -> str:
     """The face a request came through, told by what it sends."""
-    owner = params.get("owner")
+    owner = params.owner
     if session is not None and session.startswith("#rpc"):
         return "jsonrpc"
     if isinstance(owner, str) and owner.startswith("mcp-"):
         return "mcp"
     if session is not None and session.startswith("chaos-random"):
         return "random"
-    if isinstance(owner, str) or "command" in params:
+    if isinstance(owner, str) or isinstance(params, ExecuteParams):
         return "python"
     return "cli"

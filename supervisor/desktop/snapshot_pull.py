@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from aotui.protocol.api import SnapshotParams
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.snapshot import Block, Snapshot, compose
 from aotui.supervisor.desktop.snapshot_budget import fit_budget
@@ -51,27 +51,12 @@ class PullOptions:
     instructions: bool = True
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> PullOptions:
-        """The options of a ``snapshot`` request; ``E_INVALID_CMD`` naming a bad one."""
-        texts = {}
-        for name in ("since", "app", "view"):
-            value = params.get(name)
-            if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 200):
-                raise _bad(f"snapshot {name} must be a non-empty id (a string), not {value!r:.60}")
-            texts[name] = value
-        if texts["view"] is not None and texts["app"] is None:
+    def of(cls, call: SnapshotParams) -> PullOptions:
+        """The options of a ``snapshot`` call (its values checked by its declaration)."""
+        if call.view is not None and call.app is None:
             raise _bad("snapshot view needs app too: view ids are per app (app app_0, view view_3)")
-        budget = params.get("max_tokens")
-        if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_TOKENS
-        ):
-            raise _bad(f"snapshot max_tokens must be an integer ≥ {MIN_TOKENS}, not {budget!r:.60}")
-        instructions = params.get("include_instructions", True)
-        if not isinstance(instructions, bool):
-            raise _bad(
-                f"snapshot include_instructions must be true or false, not {instructions!r:.60}"
-            )
-        return cls(texts["since"], texts["app"], texts["view"], budget, instructions)
+        instructions = call.include_instructions is not False
+        return cls(call.since, call.app, call.view, call.max_tokens, instructions)
 
 
 @dataclass(frozen=True)

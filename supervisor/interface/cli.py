@@ -18,6 +18,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from aotui.protocol import api
+from aotui.protocol.api import Declared
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.interface import rpc_client
 from aotui.supervisor.interface.reports import format_desktops, format_doctor, format_status
@@ -54,7 +56,7 @@ def _client(args: argparse.Namespace, timeout_s: float = 30.0) -> Client:
 
 
 def _call(args: argparse.Namespace, method: str, timeout_s: float = 30.0, **params: Any) -> Any:
-    """One call of ``snapshot|execute|status|ping``: on ``rpc.sock``, else the control socket.
+    """One call of ``snapshot|exec|status|ping``: on ``rpc.sock``, else the control socket.
 
     The JSON-RPC client imports no pyzmq, msgpack or message classes (a third of a call's
     start-up); a desktop without ``rpc.sock`` is asked through the ZeroMQ client, as before.
@@ -71,9 +73,14 @@ def _call(args: argparse.Namespace, method: str, timeout_s: float = 30.0, **para
 def _emit(args: argparse.Namespace, result: Any, text: str | None = None) -> None:
     """A command's result: JSON with ``--json``, else ``text`` (``--quiet`` prints it too)."""
     if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+        print(json.dumps(result, indent=2, ensure_ascii=False, default=_plain))
     elif text is not None:
         print(text)
+
+
+def _plain(value: Any) -> Any:
+    """What JSON cannot say itself: a declared record as its wire form, else its text."""
+    return value.wire() if isinstance(value, Declared) else str(value)
 
 
 def _done(args: argparse.Namespace, result: Any, text: str) -> None:
@@ -418,17 +425,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """Print the desktop snapshot."""
     reader = _reader(args)
-    chosen = {name: getattr(args, name) for name in ("since", "app", "view", "max_tokens")}
+    chosen = {name: getattr(args, name) for name in api.SnapshotParams.FIELDS if name in args}
     pull = {name: value for name, value in chosen.items() if value is not None}
-    if args.no_instructions:
-        pull["include_instructions"] = False
+    pull.pop("include_meta", None)
     if args.plain and args.include_meta:
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,
             "--plain prints the Markdown alone; leave out --include-meta, or use it without "
             "--plain (the meta is then stdout's last line) or with --json",
         )
-    result = _call(args, "snapshot", include_meta=args.include_meta, **pull, **reader)
+    result = _call(args, "snapshot", include_meta=bool(args.include_meta), **pull, **reader)
     if args.json:
         _emit(args, result)
         return 0
@@ -448,9 +454,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     """Run an agent message from the argument or stdin (refs resolve in the caller's session)."""
     text = args.text if args.text is not None else sys.stdin.read()
     reader = _reader(args)
-    if not reader and "execute" in text and not args.snapshot:
+    if not reader and "execute" in text and not args.snapshot_id:
         _note(args, _no_session(args))  # only operations take refs
-    result = _call(args, "execute", text=text, snapshot_id=args.snapshot, **reader)
+    result = _call(args, "exec", text=text, snapshot_id=args.snapshot_id, **reader)
     waiting = result.get("waiting")
     if waiting is not None:  # seed 004: asked, not run; exit 0 (nothing failed)
         _emit(args, result, f"waiting for the user: {waiting['message']}")
@@ -471,9 +477,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             ]
             _emit(args, pending, "\n".join(lines) or "nothing waits for confirmation")
             return 0
-        result = client.call(
-            "confirm", confirmation=args.id, deny=args.deny or None, reason=args.reason
-        )
+        result = client.call("confirm", confirmation=args.id, deny=args.deny, reason=args.reason)
     text = (
         f"{args.id} refused: it did not run"
         if args.deny
@@ -894,52 +898,18 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
     parsers["snapshot"].add_argument(
         "--plain", action="store_true", help="stdout is the Markdown alone, nothing appended"
     )
-    parsers["snapshot"].add_argument(
-        "--include-meta",
-        action="store_true",
-        help="also the snapshot id, time, session, lease holder and per-app state: stdout's "
-        "last line, '[meta] ' and one line of JSON",
-    )
-    pull = parsers["snapshot"]
-    pull.add_argument("--since", metavar="ID", help="only what changed since snapshot ID (T12)")
-    pull.add_argument("--app", help="only this app's block (app_N or manifest id)")
-    pull.add_argument("--view", help="only this view of --app (view_N)")
-    pull.add_argument(
-        "--max-tokens",
-        type=int,
-        metavar="N",
-        help="shorten what was touched longest ago until the text is under N tokens",
-    )
-    pull.add_argument(
-        "--no-instructions",
-        action="store_true",
-        help="leave out the System Instructions (read them once per session)",
-    )
     parsers["exec"].add_argument("text", nargs="?", help="agent message; stdin when omitted")
-    parsers["exec"].add_argument("--snapshot", help="snapshot id refs resolve against")
     parsers["logs"].add_argument("app", help="app_N (or manifest id, if the desktop runs)")
     parsers["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing")
-    wait = parsers["wait"]
-    if isinstance(wait, argparse.ArgumentParser):  # the message classes are wait's alone
-        from aotui.protocol.messages import SignalReason
-
-        reasons = tuple(reason.value for reason in SignalReason)  # CONTRACT §6
-        wait.add_argument("--reason", choices=reasons, help="until a signal with this reason")
-    wait.add_argument("--text", help="until this text appears in --app's views")
-    wait.add_argument("--app", help="the app whose views --text is looked for in")
-    wait.add_argument("--view", help="only this view of --app")
-    wait.add_argument("--gone", action="store_true", help="until --text disappears instead")
-    wait.add_argument("--quiet-ms", type=int, help="until no change for this many ms")
-    wait.add_argument("--timeout-ms", type=int, default=10_000, help="give up (exit 75)")
-    wait.add_argument(
-        "--confirmation",
-        metavar="ID",
-        help="until the user answers confirmation ID: its result, or its error (77: refused)",
+    parsers["confirm"].add_argument(
+        "id", nargs="?", help="the confirmation (C1…); omitted: list pending"
     )
-    confirm = parsers["confirm"]
-    confirm.add_argument("id", nargs="?", help="the confirmation (C1…); omitted: list pending")
-    confirm.add_argument("--deny", action="store_true", help="refuse it: it never runs")
-    confirm.add_argument("--reason", help="why (shown to the agent with the refusal)")
+    parsers["acquire"].add_argument("owner", help=_declared("acquire", "owner").description)
+    parsers["say"].add_argument("text", help=_declared("say", "text").description)
+    # Each command's flags are its method's parameters, as protocol/api.py declares them.
+    for method in api.METHODS.values():
+        if method.cli_command:
+            _add_flags(parsers[method.cli_command], method)
     for name in ("export", "import"):
         parsers[name].add_argument("name", nargs="?", help="the desktop (default: --desktop)")
     parsers["import"].add_argument("--file", help="the exported JSON (default: stdin)")
@@ -965,17 +935,40 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
     parsers["capabilities"].add_argument(
         "--rpc-path", action="store_true", help="print only the path of the desktop's rpc.sock"
     )
-    parsers["acquire"].add_argument("owner", help="a name for people (status, errors)")
-    parsers["say"].add_argument("text", help="the user's message")
-    parsers["say"].add_argument(
-        "--app", default="system.chat", help="app that receives it (default system.chat)"
-    )
     parsers["watch"].add_argument(
         "--max-updates", type=int, default=None, help="exit after this many redraws"
     )
     # The group's own parser is built when it runs (supervisor/chaos/cli.py), not for every command.
     parsers["chaos"].add_argument("chaos_args", nargs=argparse.REMAINDER, metavar="run|app|...")
     return parser
+
+
+def _declared(method: str, name: str) -> api.Param:
+    """The declaration of parameter ``name`` of ``method``."""
+    return api.METHODS[method].params.FIELDS[name]
+
+
+def _add_flags(parser: argparse.ArgumentParser | _Unbuilt, method: api.Method) -> None:
+    """A flag for each parameter of ``method`` the command line is offered, with its help."""
+    for name, declared in method.offered(api.Face.CLI).items():
+        if not declared.flag:
+            continue
+        options: dict[str, Any] = {"dest": name, "help": declared.description}
+        choices = declared.enum
+        if declared.kind == "bool":
+            negated = declared.flag.startswith("--no-")
+            options.update(action="store_const", const=not negated, default=None)
+            if negated:
+                options["help"] = f"do not {declared.description}"
+        elif choices is not None:
+            options["choices"] = [member.value for member in choices]
+        elif declared.kind in ("int", "float"):
+            options["type"] = int if declared.kind == "int" else float
+            options["metavar"] = "N"
+        if declared.default is not None and declared.kind != "bool" and choices is None:
+            options["default"] = declared.default
+            options["help"] += f" (default {declared.default})"
+        parser.add_argument(declared.flag, **options)
 
 
 #: Exit status of a command whose reader went away (``aotui status | head -1``), as for SIGPIPE

@@ -32,7 +32,7 @@ from typing import Any
 
 import zmq
 
-from aotui.protocol import codec
+from aotui.protocol import api, codec
 from aotui.protocol.errors import EXIT_NO_DESKTOP, AotuiError, ErrorCode
 from aotui.protocol.messages import ErrorReply, Reply, Request, Signal
 from aotui.supervisor.paths import DesktopPaths, is_listening
@@ -171,12 +171,22 @@ class Client:
 
     # --- the desktop ----------------------------------------------------------------------------
 
-    def ping(self, timeout_s: float = 2.0) -> dict[str, Any]:
+    def request(self, call: api.Params, timeout_s: float | None = None) -> Any:
+        """Call the method ``call`` holds the params of; its declared result record (a
+        :class:`~aotui.protocol.api.Result`, also readable by key), or the plain answer of a
+        method that declares none."""
+        declared = call.METHOD
+        raw = self.call(declared.name, timeout_s, **call.wire())
+        if declared.result is not None and isinstance(raw, dict):
+            return declared.result.from_wire(raw)
+        return raw
+
+    def ping(self, timeout_s: float = 2.0) -> api.PingResult:
         """The supervisor's pid and desktop name; :class:`DesktopUnavailable` if none answers."""
         if self.paths.pidfile.exists() and not self._alive():
             # A killed supervisor leaves its socket and pidfile: no need to wait for silence.
             raise DesktopUnavailable(f"the desktop at {self.paths.root} is not running")
-        result: dict[str, Any] = self.call("ping", timeout_s=timeout_s)
+        result: api.PingResult = self.request(api.PingParams(), timeout_s)
         return result
 
     def snapshot(
@@ -194,37 +204,38 @@ class Client:
         shortened to fit; ``include_instructions=False``: without the System Instructions (read
         them once per session). Refs of every shown view resolve against the new id.
         """
-        options: dict[str, Any] = {
-            name: value
-            for name, value in (
-                ("since", since),
-                ("app", app),
-                ("view", view),
-                ("max_tokens", max_tokens),
-            )
-            if value is not None
-        }
-        if not include_instructions:
-            options["include_instructions"] = False
-        result = self.call("snapshot", release=self.snapshot_id, **options)
-        self.snapshot_id = result["snapshot_id"]
-        markdown: str = result["markdown"]
-        return markdown
+        call = api.SnapshotParams(
+            since=since,
+            app=app,
+            view=view,
+            max_tokens=max_tokens,
+            include_instructions=None if include_instructions else False,
+            release=self.snapshot_id,
+        )
+        result: api.SnapshotResult = self.request(call)
+        self.snapshot_id = result.snapshot_id
+        return result.markdown or ""
 
-    def execute(self, command: str | dict[str, Any], snapshot_id: str | None = None) -> Any:
-        """Run an agent message (text with ``<context>`` blocks) or one structured command."""
+    def execute(
+        self, command: str | dict[str, Any], snapshot_id: str | None = None
+    ) -> api.ExecResult:
+        """Run an agent message (text with ``<context>`` blocks, method ``exec``) or one
+        structured command (its fields: ``action``, ``app``, ``view``, ``operation``, ``args``;
+        method ``execute``)."""
         if self.lease_error is not None:
             raise self.lease_error
-        params: dict[str, Any] = {"snapshot_id": snapshot_id or self.snapshot_id}
-        if self.owner is not None:
-            params["owner"] = self.owner
-        if self.lease_token is not None:
-            params["token"] = self.lease_token
+        reader = {
+            "snapshot_id": snapshot_id or self.snapshot_id,
+            "owner": self.owner,
+            "token": self.lease_token,
+        }
+        call: api.Params
         if isinstance(command, str):
-            params["text"] = command
+            call = api.ExecParams(text=command, **reader)
         else:
-            params["command"] = command
-        return self.call("execute", **params)
+            call = api.ExecuteParams.parse({**command, **reader})
+        result: api.ExecResult = self.request(call)
+        return result
 
     def acquire(
         self,
@@ -241,10 +252,12 @@ class Client:
         """
         self.owner = owner or self.owner or f"client-{os.getpid()}"
         held = self.lease_token if self._holds_lease else None
-        extra: dict[str, Any] = {} if idle_s is None else {"idle_s": idle_s}
-        granted = self.call("acquire", owner=self.owner, token=held, kind=kind, **extra)
-        lease_s: float = granted["lease_s"]
-        self.lease_token = granted["token"]
+        call = api.AcquireParams(
+            owner=self.owner, token=held, kind=api.ClientKind(kind), idle_s=idle_s
+        )
+        granted: api.LeaseResult = self.request(call)
+        lease_s = granted.lease_s
+        self.lease_token = granted.token
         self.lease_error = None
         self._holds_lease = True
         if heartbeat and (self._heartbeat is None or not self._heartbeat.is_alive()):
@@ -305,14 +318,11 @@ class Client:
         if held and token is not None:
             self.call("release", timeout_s=timeout_s, token=token)
 
-    def wait(self, timeout_ms: int = 10_000, **condition: Any) -> dict[str, Any]:
+    def wait(self, timeout_ms: int = 10_000, **condition: Any) -> api.WaitResult:
         """Block until ``reason=``, ``text=`` (with ``app=``, ``view=``, ``gone=``) or
         ``quiet_ms=`` holds on the desktop; ``E_TIMEOUT`` past ``timeout_ms``."""
-        params = {k: v for k, v in condition.items() if v is not None}
-        budget_s = timeout_ms / 1000 + self.timeout_s
-        result: dict[str, Any] = self.call(
-            "wait_for", timeout_s=budget_s, timeout_ms=timeout_ms, **params
-        )
+        call = api.WaitParams.parse({**condition, "timeout_ms": timeout_ms})
+        result: api.WaitResult = self.request(call, timeout_ms / 1000 + self.timeout_s)
         return result
 
     def export_state(self) -> dict[str, Any]:
@@ -379,19 +389,21 @@ class Client:
         result: dict[str, Any] = self.call("get_capabilities")
         return result
 
-    def status(self) -> dict[str, Any]:
-        """Supervisor and per-app status (CONTRACT §8)."""
-        result: dict[str, Any] = self.call("status")
+    def status(self) -> api.StatusResult:
+        """Supervisor and per-app status (reference: ``status``)."""
+        result: api.StatusResult = self.request(api.StatusParams())
         return result
 
-    def install(self, app_dir: str | Path) -> dict[str, Any]:
-        """Install an app directory; returns ``{"app": "app_N", ...}``."""
-        result: dict[str, Any] = self.call("install", path=str(Path(app_dir).resolve()))
+    def install(self, app_dir: str | Path) -> api.InstallResult:
+        """Install an app directory; its ``app`` is the new ``app_N``."""
+        result: api.InstallResult = self.request(
+            api.InstallParams(path=str(Path(app_dir).resolve()))
+        )
         return result
 
-    def uninstall(self, app: str) -> dict[str, Any]:
+    def uninstall(self, app: str) -> api.InstallResult:
         """Stop and remove an app."""
-        result: dict[str, Any] = self.call("uninstall", app=app)
+        result: api.InstallResult = self.request(api.UninstallParams(app=app))
         return result
 
     def say(self, text: str, app: str = "system.chat") -> Any:

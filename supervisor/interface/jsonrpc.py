@@ -2,7 +2,8 @@
 
 Every line becomes an :class:`RpcCall` or an :class:`RpcFailure`, with the standard codes for
 what is not a valid call — ``-32700`` parse error, ``-32600`` invalid request, ``-32601`` unknown
-method, ``-32602`` bad params (checked here against :data:`METHODS`, default deny). A line may
+method, ``-32602`` bad params (checked against the method's declaration in :mod:`protocol.api`,
+default deny: each call carries its typed record). A line may
 also be a batch (a JSON array of 1 to :data:`MAX_BATCH` requests, JSON-RPC 2.0 §6): an
 :class:`RpcBatch`, answered by one array line (one entry a request, none for a notification); an
 empty batch or a longer one is one ``-32600`` error. aotui's own errors map through
@@ -16,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aotui.protocol import api
+from aotui.protocol.api import Face, ParamError
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import sanitize
 
@@ -26,7 +29,6 @@ __all__ = [
     "METHODS",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
-    "Param",
     "RpcBatch",
     "RpcCall",
     "RpcFailure",
@@ -47,64 +49,9 @@ MAX_BATCH = 32
 RequestId = str | int | None
 
 
-@dataclass(frozen=True)
-class Param:
-    """One named parameter of a method."""
-
-    #: The JSON types it accepts (``bool`` is never taken for ``int``).
-    kinds: tuple[type, ...]
-    required: bool = False
-
-
-_TEXT = Param((str,))
-_READER = {"session": _TEXT, "token": _TEXT}
-#: ``true``: answer as the control socket does (the CLI's fast path): a request without
-#: ``session`` has no session of the connection's own, and error messages are not sanitized.
-_AS_CONTROL = {"as_control": Param((bool,))}
-_STRUCTURED = {
-    name: Param((str,)) for name in ("action", "app", "view", "operation", "snapshot_id")
-} | {"args": Param((dict,)), "fresh": Param((bool,))}
-
-#: Every method and its parameters, by name (positional params are refused).
-METHODS: dict[str, dict[str, Param]] = {
-    "ping": {},
-    "status": {},
-    "get_capabilities": {},
-    "snapshot": {
-        "format": _TEXT,
-        "include_meta": Param((bool,)),
-        "since": _TEXT,
-        "app": _TEXT,
-        "view": _TEXT,
-        "max_tokens": Param((int,)),
-        "include_instructions": Param((bool,)),
-        **_READER,
-        **_AS_CONTROL,
-    },
-    "exec": {
-        "text": Param((str,), required=True),
-        "snapshot_id": _TEXT,
-        **_READER,
-        **_AS_CONTROL,
-    },
-    "execute": {**_STRUCTURED, **_READER},
-    "acquire": {"owner": Param((str,), required=True), "token": _TEXT},
-    "release": {"token": _TEXT},
-    "heartbeat": {"token": _TEXT},
-    "wait_for": {
-        "reason": _TEXT,
-        "text": _TEXT,
-        "gone": Param((bool,)),
-        "app": _TEXT,
-        "view": _TEXT,
-        "quiet_ms": Param((int,)),
-        "timeout_ms": Param((int,)),
-    },
-    "subscribe_events": {"reasons": Param((list,))},
-    # Seed 004: what waits for the user, and the outcome of one (its answer is the user's: CLI).
-    "confirmations": {},
-    "confirmation": {"confirmation": Param((str,), required=True), "timeout_ms": Param((int,))},
-    "unsubscribe_events": {},
+#: Every method of this face, by name: those :mod:`protocol.api` declares with ``Face.JSONRPC``.
+METHODS: dict[str, api.Method] = {
+    name: method for name, method in api.METHODS.items() if Face.JSONRPC in method.faces
 }
 
 
@@ -117,6 +64,8 @@ class RpcCall:
     params: dict[str, Any]
     #: Sent without ``id``: run it, answer nothing (JSON-RPC 2.0 §4.1).
     notification: bool
+    #: The params as the method's declared record, checked.
+    call: api.Params
 
 
 @dataclass(frozen=True)
@@ -184,50 +133,18 @@ def _parse_message(message: object) -> RpcCall | RpcFailure:
         return RpcFailure(request_id, METHOD_NOT_FOUND, message_text, notification)
     params = message.get("params", {})
     if not isinstance(params, dict):
-        problem: str | None = "params must be an object (by name)"
-    else:
-        problem = _check_params(method, spec, params)
-    if problem is not None:
-        return RpcFailure(request_id, INVALID_PARAMS, problem, notification)
-    return RpcCall(request_id, method, params, notification)
+        return RpcFailure(
+            request_id, INVALID_PARAMS, "params must be an object (by name)", notification
+        )
+    try:
+        call = spec.parse(params, Face.JSONRPC)
+    except ParamError as exc:
+        return RpcFailure(request_id, INVALID_PARAMS, exc.message, notification)
+    return RpcCall(request_id, method, params, notification, call)
 
 
 def _valid_id(value: object) -> bool:
     return value is None or isinstance(value, str) or type(value) is int
-
-
-def _check_params(method: str, spec: Mapping[str, Param], params: dict[str, Any]) -> str | None:
-    for name, value in params.items():
-        param = spec.get(name)
-        if param is None:
-            known = ", ".join(sorted(spec)) or "none"
-            return f"{method} has no parameter {str(name)[:80]!r} (it takes: {known})"
-        if value is None and not param.required:
-            continue
-        wrong_bool = isinstance(value, bool) and bool not in param.kinds
-        if wrong_bool or not isinstance(value, param.kinds):
-            kinds = " or ".join(_JSON_NAMES[kind] for kind in param.kinds)
-            return f"parameter {name!r} of {method} must be {kinds}, not {_json_name(value)}"
-    for name, param in spec.items():
-        if param.required and params.get(name) is None:
-            return f"{method} needs the parameter {name!r}"
-    return None
-
-
-_JSON_NAMES = {
-    str: "a string",
-    bool: "true or false",
-    int: "an integer",
-    dict: "an object",
-    list: "an array",
-}
-
-
-def _json_name(value: object) -> str:
-    for kind, name in reversed(_JSON_NAMES.items()):
-        if isinstance(value, kind):
-            return name
-    return "a number" if isinstance(value, float) else "null"
 
 
 def result_line(request_id: RequestId, result: Any) -> bytes:

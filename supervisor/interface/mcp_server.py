@@ -88,8 +88,9 @@ class DesktopMcp:
                         "call snapshot without since first",
                     )
                 options["since"] = client.snapshot_id
-            method = "snapshot_structured" if self.per_operation else "snapshot"
-            result: dict[str, Any] = client.call(method, release=client.snapshot_id, **options)
+            if self.per_operation:
+                options["format"] = "json"
+            result: dict[str, Any] = client.call("snapshot", release=client.snapshot_id, **options)
             client.snapshot_id = result["snapshot_id"]
             return result
 

@@ -51,7 +51,7 @@ class RpcUnreachable(Exception):
 def call(paths: DesktopPaths, method: str, params: dict[str, Any], timeout_s: float) -> Any:
     """``method`` with ``params`` on the desktop at ``paths``: its result, or its AotuiError.
 
-    ``method`` is the control socket's name (``execute`` with ``text`` is JSON-RPC's ``exec``),
+    ``method`` has the same name and params on both sockets (protocol/api.py declares them),
     so errors name what the ZeroMQ client names.
     """
     line = _request_line(method, params)
@@ -97,10 +97,9 @@ def call(paths: DesktopPaths, method: str, params: dict[str, Any], timeout_s: fl
 
 
 def _request_line(method: str, params: dict[str, Any]) -> bytes:
-    """The request of ``method`` as a line; ``execute`` with ``text`` is JSON-RPC's ``exec``."""
-    name = "exec" if method == "execute" else method
-    asked = {**params, "as_control": True} if name in ("snapshot", "exec") else params
-    request = {"jsonrpc": "2.0", "id": 1, "method": name, "params": asked}
+    """The request of ``method`` as a line, answered as the control socket would."""
+    asked = {**params, "as_control": True} if method in ("snapshot", "exec") else params
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": asked}
     return json.dumps(request, separators=(",", ":")).encode() + b"\n"
 
 

@@ -34,6 +34,16 @@ import zmq
 import zmq.asyncio
 
 from aotui.protocol import codec
+from aotui.protocol.api import (
+    AcquireParams,
+    ClientKind,
+    Face,
+    HeartbeatParams,
+    ParamError,
+    ReleaseParams,
+    SnapshotFormat,
+    SubscribeParams,
+)
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Signal, SignalReason
 from aotui.supervisor.interface.jsonrpc import (
@@ -55,7 +65,6 @@ from aotui.supervisor.interface.rpc_connection import (
     RpcConnection,
     peer_credentials,
 )
-from aotui.supervisor.interface.snapshot_json import policy_confirms, snapshot_json
 from aotui.supervisor.interface.waits import MAX_WAITS, WAITS_PER_CLIENT
 from aotui.supervisor.paths import unix_address
 
@@ -68,9 +77,7 @@ log = logging.getLogger("aotui.rpc")
 
 #: The reasons a signal may carry (CONTRACT §6); ``subscribe_events`` may pick some.
 SIGNAL_REASONS = tuple(reason.value for reason in SignalReason)
-FORMATS = ("markdown", "json")
-#: ``snapshot`` params that choose what a pull shows (diff, focus, budget; snapshot_pull.py).
-PULL_PARAMS = ("since", "app", "view", "max_tokens", "include_instructions")
+FORMATS = tuple(form.value for form in SnapshotFormat)
 
 
 @dataclass(frozen=True)
@@ -96,10 +103,6 @@ class RpcLimits:
     events: int = 64
     #: Seconds the answers of a peer that closed its sending side may still take.
     finish_s: float = 60.0
-
-
-class _BadParams(Exception):
-    """A parameter the method schema could not check (its value, not its type): -32602."""
 
 
 class RpcServer:
@@ -289,8 +292,8 @@ class RpcServer:
             return None if call.notification else error_line(call.id, call)
         try:
             reply = result_line(call.id, await self._call(connection, call))
-        except _BadParams as exc:
-            reply = error_line(call.id, RpcFailure(call.id, INVALID_PARAMS, str(exc)))
+        except ParamError as exc:  # a value its declaration could not check alone: -32602
+            reply = error_line(call.id, RpcFailure(call.id, INVALID_PARAMS, exc.message))
         except AotuiError as exc:
             raw = call.params.get("as_control") is True  # as the control socket says it
             reply = error_line(call.id, exc, sanitized=not raw)
@@ -305,70 +308,53 @@ class RpcServer:
     # --- methods --------------------------------------------------------------------------------
 
     async def _call(self, connection: RpcConnection, call: RpcCall) -> Any:
-        params = call.params
-        methods = self.supervisor.methods
-        reader = _reader(connection, params)
+        record = call.call  # checked against its declaration (protocol/api.py)
+        handler = self.supervisor.methods.get(call.method)
         match call.method:
-            case "ping" | "status" | "get_capabilities":
-                return await methods[call.method]({})
-            case "snapshot":
-                return await self._snapshot(params, reader)
-            case "exec":
-                text = {"text": params["text"], "snapshot_id": params.get("snapshot_id")}
-                return await methods["execute"]({**text, **reader})
-            case "execute":
-                command = {k: v for k, v in params.items() if k not in reader and v is not None}
-                return await methods["execute"]({"command": command, **reader})
-            case "acquire":
-                return await self._acquire(connection, params["owner"], reader["token"])
-            case "release":
-                return await self._release(connection, reader["token"])
-            case "heartbeat":
-                return await methods["heartbeat"]({"token": reader["token"]})
-            case "wait_for":  # the process's budget of waits, whatever its connections
-                return await methods["wait_for"]({**params, "peer": f"pid:{connection.peer.pid}"})
-            case "confirmations" | "confirmation":
-                return await methods[call.method](params)
             case "subscribe_events":
-                return self._subscribe(connection, params.get("reasons") or [])
+                assert isinstance(record, SubscribeParams)
+                return self._subscribe(connection, record.reasons or [])
             case "unsubscribe_events":
                 connection.reasons = None
                 return {"subscribed": False}
-        raise AotuiError(ErrorCode.E_INTERNAL, f"method {call.method} has no handler")
+            case "acquire":
+                assert isinstance(record, AcquireParams)
+                return await self._acquire(connection, record)
+            case "release":
+                assert isinstance(record, ReleaseParams)
+                return await self._release(connection, record.token or connection.token)
+            case "heartbeat":
+                assert isinstance(record, HeartbeatParams)
+                return await self.supervisor.methods["heartbeat"](
+                    record.replace(token=record.token or connection.token)
+                )
+            case "wait_for":  # the process's budget of waits, whatever its connections
+                record = record.replace(peer=f"pid:{connection.peer.pid}")
+        if "session" in record.FIELDS:
+            record = record.replace(**_reader(connection, record))
+        if handler is None:
+            raise AotuiError(ErrorCode.E_INTERNAL, f"method {call.method} has no handler")
+        return await handler(record)
 
-    async def _acquire(self, connection: RpcConnection, owner: Any, token: Any) -> Any:
-        """Take the desktop's lease for ``owner``; the connection keeps the token it gets."""
+    async def _acquire(self, connection: RpcConnection, call: AcquireParams) -> Any:
+        """Take the desktop's lease for its owner; the connection keeps the token it gets."""
+        token = call.token or connection.token
         granted = await self.supervisor.methods["acquire"](
-            {"owner": owner, "token": token, "kind": "json-rpc"}
+            call.replace(token=token, kind=ClientKind.JSONRPC)
         )
         connection.token = granted["token"]
         return granted
 
-    async def _release(self, connection: RpcConnection, token: Any) -> None:
+    async def _release(self, connection: RpcConnection, token: str | None) -> None:
         """Give the lease back; the connection forgets the token if it was its own."""
-        await self.supervisor.methods["release"]({"token": token})
+        await self.supervisor.methods["release"](ReleaseParams(token=token))
         if token == connection.token:
             connection.token = None
-
-    async def _snapshot(self, params: dict[str, Any], reader: dict[str, Any]) -> Any:
-        form = params.get("format") or "markdown"
-        if form not in FORMATS:
-            raise _BadParams(f"format must be one of {', '.join(FORMATS)}, not {form[:40]!r}")
-        asked = {"include_meta": bool(params.get("include_meta")), **reader}
-        asked.update((name, params[name]) for name in PULL_PARAMS if name in params)
-        result: dict[str, Any] = await self.supervisor.methods["snapshot"](asked)
-        if form == "json":
-            snapshot_id = result["snapshot_id"]
-            refs = self.supervisor.desktop.registry.get(snapshot_id)
-            confirms = policy_confirms(self.supervisor.desktop)
-            structured = snapshot_json(snapshot_id, result["markdown"], refs, confirms)
-            result = {**structured, **({"meta": result["meta"]} if "meta" in result else {})}
-        return result
 
     def _subscribe(self, connection: RpcConnection, reasons: list[Any]) -> dict[str, Any]:
         unknown = [r for r in reasons if r not in SIGNAL_REASONS]
         if unknown:
-            raise _BadParams(
+            raise ParamError(
                 f"unknown reason(s) {', '.join(map(str, unknown))[:200]}; "
                 f"known: {', '.join(SIGNAL_REASONS)}"
             )
@@ -388,7 +374,7 @@ class RpcServer:
             line = notification_line("event", event)
             await connection.send(line, self.limits.write_timeout_s)
 
-    async def get_capabilities(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def get_capabilities(self, call: Any = None) -> dict[str, Any]:
         """What this desktop offers: version, methods and their params, formats, limits."""
         import importlib.metadata  # here: ~10 ms of CPU that every desktop start paid at import
 
@@ -402,15 +388,13 @@ class RpcServer:
             "protocol": codec.PROTOCOL_VERSION,
             "jsonrpc": "2.0",
             "socket": str(self.supervisor.paths.rpc_file),
+            # Each method's summary and its params' JSON Schema (protocol/api.py declares them).
             "methods": {
                 name: {
-                    param: {
-                        "type": [kind.__name__ for kind in spec.kinds],
-                        "required": spec.required,
-                    }
-                    for param, spec in params_spec.items()
+                    "summary": method.summary,
+                    "params": method.input_schema(Face.JSONRPC),
                 }
-                for name, params_spec in METHODS.items()
+                for name, method in METHODS.items()
             },
             "formats": list(FORMATS),
             "signal_reasons": list(SIGNAL_REASONS),
@@ -430,15 +414,14 @@ class RpcServer:
         }
 
 
-def _reader(connection: RpcConnection, params: dict[str, Any]) -> dict[str, Any]:
+def _reader(connection: RpcConnection, call: Any) -> dict[str, Any]:
     """Who is asking: the call's own session and token, else the connection's.
 
     With ``as_control`` (the CLI) the connection has no session: as on the control socket, the
     lease owner's is used when the token proves it, else none.
     """
-    own = None if params.get("as_control") is True else connection.session
-    return {
-        "session": params.get("session") or own,
-        "token": params.get("token") or connection.token,
-        "peer": connection.session,  # whose budget the sessions it pulls are (sessions.py)
-    }
+    own = None if getattr(call, "as_control", None) is True else connection.session
+    reader = {"session": call.session or own, "token": call.token or connection.token}
+    if "peer" in call.FIELDS and call.peer is None:
+        reader["peer"] = connection.session  # whose budget its pulls are (sessions.py)
+    return reader

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from aotui.protocol.api import SnapshotFormat, SnapshotParams
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.interface.rpc_server import RpcLimits, RpcServer
 from aotui.supervisor.interface.snapshot_json import policy_confirms, snapshot_json
 from aotui.supervisor.interface.state_transfer import StateTransfer
 from aotui.supervisor.interface.waits import DesktopWaits
 from aotui.supervisor.paths import DesktopPaths
-from aotui.supervisor.server.process import Supervisor
+from aotui.supervisor.server.process import Method, Supervisor
 
 __all__ = ["serve_desktop"]
 
@@ -25,14 +26,24 @@ async def serve_desktop(config: DesktopConfig, paths: DesktopPaths) -> None:
     transfer = StateTransfer(supervisor)
     supervisor.methods["export"] = transfer.export_state
     supervisor.methods["import"] = transfer.import_state
+    supervisor.methods["snapshot"] = structured_snapshots(
+        supervisor, supervisor.methods["snapshot"]
+    )
+    await supervisor.serve()
 
-    async def snapshot_structured(params: dict[str, Any]) -> dict[str, Any]:
-        """A pull (as ``snapshot``) with its structure: apps, views, operations, refs."""
-        pulled: dict[str, Any] = await supervisor.snapshot(params)
+
+def structured_snapshots(supervisor: Supervisor, pull: Method) -> Method:
+    """``snapshot`` with ``format: json`` too: the pull's structure (apps, views, operations,
+    refs) beside its Markdown."""
+
+    async def snapshot(call: SnapshotParams) -> dict[str, Any]:
+        pulled: dict[str, Any] = await pull(call)
+        if call.format is not SnapshotFormat.JSON:
+            return pulled
         refs = supervisor.desktop.registry.get(pulled["snapshot_id"])
         confirms = policy_confirms(supervisor.desktop)
         structured = snapshot_json(pulled["snapshot_id"], pulled["markdown"], refs, confirms)
-        return {**structured, "markdown": pulled["markdown"]}
+        extra = {"meta": pulled["meta"]} if "meta" in pulled else {}
+        return {**structured, "markdown": pulled["markdown"], **extra}
 
-    supervisor.methods["snapshot_structured"] = snapshot_structured
-    await supervisor.serve()
+    return snapshot

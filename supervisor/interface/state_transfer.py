@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from aotui.protocol import codec
+from aotui.protocol.api import ExportParams, ImportParams
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.app_record import AppStatus
 from aotui.supervisor.interface.plain_data import data_fault, state_fault
@@ -86,8 +87,9 @@ class StateTransfer:
 
     # --- export ---------------------------------------------------------------------------------
 
-    async def export_state(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def export_state(self, call: ExportParams) -> dict[str, Any]:
         """The desktop's state: whole (if it fits a frame) or its first or next chunk."""
+        params = call.wire()
         if params.get("export_id") is not None:
             transfer = self.transfers.get(TransferKind.EXPORT, params["export_id"])
             offset = _offset(params, transfer.total)
@@ -125,8 +127,9 @@ class StateTransfer:
 
     # --- import ---------------------------------------------------------------------------------
 
-    async def import_state(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def import_state(self, call: ImportParams) -> dict[str, Any]:
         """Take ``state`` whole, or collect it by ``chunk``; on the last, give apps their data."""
+        params = call.wire()
         token = params.get("token")
         self.supervisor.lease.check(token if isinstance(token, str) else None)
         if "chunk" not in params:

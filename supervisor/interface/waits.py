@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from aotui.protocol.api import WaitParams
 from aotui.protocol.errors import AotuiError, ErrorCode
 
 if TYPE_CHECKING:
@@ -60,11 +61,10 @@ class DesktopWaits:
             waiter.reasons.add(reason)
             waiter.wake.set()
 
-    async def wait_for(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Wait until the condition in ``params`` holds; ``E_TIMEOUT`` past ``timeout_ms``."""
-        timeout_ms = _positive(params, "timeout_ms", DEFAULT_TIMEOUT_MS)
-        if timeout_ms > MAX_TIMEOUT_MS:
-            raise _invalid(f"timeout_ms is at most {MAX_TIMEOUT_MS}, not {timeout_ms}")
+    async def wait_for(self, call: WaitParams) -> dict[str, Any]:
+        """Wait until the condition of ``call`` holds; ``E_TIMEOUT`` past ``timeout_ms``."""
+        timeout_ms = DEFAULT_TIMEOUT_MS if call.timeout_ms is None else call.timeout_ms
+        params = call.wire()
         chosen = [name for name in ("reason", "text", "quiet_ms") if params.get(name) is not None]
         if len(chosen) != 1:
             raise _invalid(
@@ -72,7 +72,7 @@ class DesktopWaits:
                 f"got {', '.join(chosen) or 'none'}"
             )
         check = self._condition(chosen[0], params)
-        waiter = _Waiter(str(params.get("peer") or ""))
+        waiter = _Waiter(call.peer or "")
         self._admit(waiter)
         started = time.monotonic()
         deadline = started + timeout_ms / 1000

@@ -5,9 +5,10 @@ frames; each request runs in its own task, so a command waiting on a slow app ne
 snapshot, a status query or a command for another app. Commands on the same app run one at a
 time, in arrival order. Signals go out on a PUB socket (``signals.sock``), throttled.
 
-Methods: ``ping``, ``snapshot``, ``retain_snapshot``, ``release_snapshot``, ``execute``,
-``acquire``, ``heartbeat``, ``release``, ``status``, ``install``, ``uninstall``, ``say``,
-``shutdown`` — ``docs/architecture.md`` ("Client protocol") lists each with its params.
+The methods and their parameters are declared once, in :mod:`protocol.api`; a request's params
+become the method's typed record there (checked once, before its handler runs), and each method
+with the control face has a handler here of the same name (``exec_text`` for ``exec``) or one
+the product layer adds (``serve.py``). ``docs/reference.md`` lists them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import psutil
 import zmq
 import zmq.asyncio
 
-from aotui.protocol import codec
+from aotui.protocol import api, codec
+from aotui.protocol.api import ClientKind, Face
 from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.errors import Outcome as ReplyOutcome
@@ -57,11 +59,14 @@ from aotui.supervisor.server.throttle import SignalThrottle
 if TYPE_CHECKING:
     from aotui.supervisor.chaos.nemesis import Nemesis
 
-__all__ = ["Supervisor"]
+__all__ = ["HANDLERS", "Supervisor"]
+
+#: A declared method whose handler has another name (``exec`` would shadow the builtin).
+HANDLERS = {"exec": "exec_text", "export": "export_state", "import": "import_state"}
 
 log = logging.getLogger("aotui.supervisor")
 
-Method = Callable[[dict[str, Any]], Awaitable[Any]]
+Method = Callable[[Any], Awaitable[Any]]  # takes its declared api.Params record
 
 
 class Service(Protocol):
@@ -98,23 +103,12 @@ class Supervisor:
         self.services: list[Service] = []
         #: A chaos run's nemesis (supervisor/chaos/nemesis.py), or None: off, it costs nothing.
         self.chaos: Nemesis | None = None
+        #: The handler of each declared control method (protocol/api.py) this class serves; the
+        #: product layer adds the rest (serve.py) before :meth:`serve`, which checks none lacks.
         self.methods: dict[str, Method] = {
-            "ping": self.ping,
-            "snapshot": self.snapshot,
-            "retain_snapshot": self.retain_snapshot,
-            "release_snapshot": self.release_snapshot,
-            "execute": self.execute,
-            "acquire": self.acquire,
-            "heartbeat": self.heartbeat,
-            "release": self.release,
-            "status": self.status,
-            "install": self.install,
-            "uninstall": self.uninstall,
-            "say": self.say,
-            "shutdown": self.shutdown,
-            "confirm": self.confirm,
-            "confirmations": self.confirmations,
-            "confirmation": self.confirmation,
+            name: getattr(self, HANDLERS.get(name, name))
+            for name, method in api.METHODS.items()
+            if Face.CONTROL in method.faces and hasattr(self, HANDLERS.get(name, name))
         }
         #: Execute requests being served now (at most ``config.max_in_flight``; seed 004).
         self.in_flight = 0
@@ -124,6 +118,13 @@ class Supervisor:
     async def serve(self) -> None:
         """Bind, start the desktop, serve until shutdown, then stop every process we started."""
         configure_allocator()  # before ZeroMQ's and the executor's threads (server/memory.py)
+        missing = [
+            name
+            for name, method in api.METHODS.items()
+            if Face.CONTROL in method.faces and name not in self.methods
+        ]
+        if missing:
+            raise RuntimeError(f"declared control methods without a handler: {missing}")
         self.paths.create()
         sockets = (self.paths.control_file, self.paths.signals_file)
         for path in sockets:
@@ -250,15 +251,20 @@ class Supervisor:
             if not isinstance(request, Request):
                 raise AotuiError(ErrorCode.E_INVALID_CMD, f"expected a request, got {request.KIND}")
             request_id = request.request_id
-            method = self.methods.get(request.method)
-            if method is None:
+            declared = api.METHODS.get(request.method)
+            handler = self.methods.get(request.method)
+            if declared is None or handler is None:
                 raise AotuiError(
                     ErrorCode.E_INVALID_CMD,
-                    f"unknown method {request.method!r}; known: {', '.join(sorted(self.methods))}",
+                    f"unknown method {request.method!r:.80}; known: "
+                    f"{', '.join(sorted(self.methods))}",
                 )
-            # The connection asking, which no request can name for itself (sessions' budgets).
-            params = {**request.params, "peer": f"control:{identity.hex()}"}
-            reply: Reply | ErrorReply = Reply(request_id, await method(params))
+            params = dict(request.params)
+            if "peer" in declared.params.FIELDS:
+                # The connection asking, which no request can name for itself (budgets).
+                params["peer"] = f"control:{identity.hex()}"
+            call = declared.parse(params, Face.CONTROL)
+            reply: Reply | ErrorReply = Reply(request_id, await handler(call))
         except AotuiError as exc:
             reply = ErrorReply(request_id, exc.code.value, exc.message, exc.data)
         except Exception as exc:  # noqa: BLE001 - a bug of ours: logged, answered E_INTERNAL
@@ -320,47 +326,45 @@ class Supervisor:
 
     # --- methods --------------------------------------------------------------------------------
 
-    async def ping(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def ping(self, call: api.PingParams) -> dict[str, Any]:
         """Liveness: the supervisor's pid and desktop name."""
         return {"pid": os.getpid(), "desktop": self.config.desktop}
 
-    async def snapshot(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def snapshot(self, call: api.SnapshotParams) -> dict[str, Any]:
         """Assemble the desktop; optionally release the caller's previous snapshot id.
 
         With a ``session`` (or the lease's ``token``) the new id becomes that session's last
         pull, which its executes resolve refs against; ``include_meta`` adds ``meta``;
         ``since``, ``app``, ``view``, ``max_tokens`` and ``include_instructions`` choose the
-        text (:class:`~supervisor.desktop.snapshot_pull.PullOptions`).
+        text (:class:`~supervisor.desktop.snapshot_pull.PullOptions`). ``format`` json is the
+        product layer's (serve.py wraps this handler).
         """
-        previous = params.get("release")
-        if isinstance(previous, str):
+        previous = call.release
+        if previous is not None:
             self.desktop.registry.discard(previous)
-        session = self._session(params)
-        snapshot_id, snap = self.desktop.snapshot(PullOptions.from_params(params))
+        session = self._session(call.session, call.token)
+        snapshot_id, snap = self.desktop.snapshot(PullOptions.of(call))
         if session is not None:
             # Charged to the client that pulled (its connection): past its budget its own
             # oldest sessions go, never another client's (server/sessions.py).
-            peer = params.get("peer")
-            for held in self.sessions.pulled(session, snapshot_id, str(peer or "")):
+            for held in self.sessions.pulled(session, snapshot_id, call.peer or ""):
                 if held != previous:
                     self.desktop.registry.discard(held)
         result: dict[str, Any] = {"snapshot_id": snapshot_id, "markdown": snap.markdown}
-        if params.get("include_meta"):
+        if call.include_meta:
             result["meta"] = self._meta(snapshot_id, session)
         return result
 
-    def _session(self, params: dict[str, Any]) -> str | None:
+    def _session(self, named: str | None, token: str | None) -> str | None:
         """The reader a request speaks for: its ``session``, else the lease owner its token proves.
 
         Names the desktop gives itself start with ``#`` (a JSON-RPC connection's, unguessable) or
         ``~`` (a lease owner's, which only the lease's token selects).
         """
-        named = params.get("session")
         if named is not None:
-            if isinstance(named, str) and named.startswith("#") and len(named) <= 64:
+            if named.startswith("#") and len(named) <= 64:
                 return named
             return check_session_name(named)
-        token = _token(params)
         owner = self.lease.owner
         if token and owner is not None:
             with contextlib.suppress(AotuiError):
@@ -386,49 +390,54 @@ class Supervisor:
             ],
         }
 
-    async def retain_snapshot(self, params: dict[str, Any]) -> None:
+    async def retain_snapshot(self, call: api.RetainSnapshotParams) -> None:
         """Take one more reference on a snapshot id."""
-        self.desktop.registry.retain(_text(params, "snapshot_id"))
+        self.desktop.registry.retain(call.snapshot_id)
 
-    async def release_snapshot(self, params: dict[str, Any]) -> None:
+    async def release_snapshot(self, call: api.ReleaseSnapshotParams) -> None:
         """Drop one reference on a snapshot id."""
-        self.desktop.registry.release(_text(params, "snapshot_id"))
+        self.desktop.registry.release(call.snapshot_id)
 
-    async def acquire(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def acquire(self, call: api.AcquireParams) -> dict[str, Any]:
         """Take the input lease (or renew it, presenting its ``token``); returns the token.
 
         ``kind`` names the client (``mcp``, ``cli``, ``json-rpc``, ``python``); ``idle_s`` makes
         it a lease held only while its holder works (server/lease.py).
         """
-        owner = _text(params, "owner")
-        kind = params.get("kind", "python")
-        idle_s = params.get("idle_s")
-        if not isinstance(kind, str) or not (idle_s is None or _is_number(idle_s)):
-            raise AotuiError(
-                ErrorCode.E_INVALID_CMD, "acquire: kind must be a string and idle_s a number"
-            )
-        grant = self.lease.acquire(owner, _token(params), kind, idle_s)
-        return {"lease_s": grant.lease_s, "token": grant.token, "owner": owner}
+        kind = call.kind or ClientKind.PYTHON
+        grant = self.lease.acquire(call.owner, call.token, kind.value, call.idle_s)
+        return {"lease_s": grant.lease_s, "token": grant.token, "owner": call.owner}
 
-    async def heartbeat(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def heartbeat(self, call: api.HeartbeatParams) -> dict[str, Any]:
         """Renew the input lease whose ``token`` is presented."""
-        return {"lease_s": self.lease.heartbeat(_token(params))}
+        return {"lease_s": self.lease.heartbeat(call.token)}
 
-    async def release(self, params: dict[str, Any]) -> None:
+    async def release(self, call: api.ReleaseParams) -> None:
         """Give the input lease up (presenting its ``token``)."""
-        self.lease.release(_token(params))
+        self.lease.release(call.token)
 
-    async def execute(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Run an agent message (``text``) or one structured ``command``, in order."""
-        _optional_text(params, "owner")  # a name proves nothing, but a wrong type is refused
-        requested_id = _optional_text(params, "snapshot_id")
-        self.lease.check(_token(params))
-        if "command" in params:
-            commands = [Command.from_structured(params["command"])]
-        else:
-            commands = parse_commands(_text(params, "text"))
+    async def exec_text(self, call: api.ExecParams) -> dict[str, Any]:
+        """Run an agent message (``text``): its commands, in order."""
+        self.lease.check(call.token)
+        commands = parse_commands(call.text)
+        return await self._execute(commands, call.snapshot_id, call.session, call.token)
+
+    async def execute(self, call: api.ExecuteParams) -> dict[str, Any]:
+        """Run one command given by its fields."""
+        self.lease.check(call.token)
+        command = Command.from_structured(call.command())
+        return await self._execute([command], call.snapshot_id, call.session, call.token)
+
+    async def _execute(
+        self,
+        commands: list[Command],
+        requested_id: str | None,
+        named: str | None,
+        token: str | None,
+    ) -> dict[str, Any]:
+        """Resolve refs against the right pull, then run ``commands`` in order."""
         snapshot_id = requested_id or commands[0].snapshot_id
-        session = self._session(params)
+        session = self._session(named, token)
         from_session = snapshot_id is None and session is not None
         if from_session and session is not None:
             # Never another reader's pull (CONTRACT §6); a session that pulled nothing yet
@@ -458,7 +467,7 @@ class Supervisor:
         self.in_flight += 1
         # While its commands run the lease holds, whatever its idle time (server/lease.py).
         longest = max(self.config.start_timeout_ms, self.config.operation_timeout_ms)
-        working = self.lease.begin(_token(params), len(commands) * longest / 1000)
+        working = self.lease.begin(token, len(commands) * longest / 1000)
         try:
             return await self._run_all(commands, refs)
         finally:
@@ -525,11 +534,11 @@ class Supervisor:
         finally:
             lock.release()
 
-    async def confirm(self, params: dict[str, Any]) -> Any:
+    async def confirm(self, call: api.ConfirmParams) -> Any:
         """The user's answer to a pending ``confirmation``: run it (once), or ``deny`` it."""
-        pending = self.desktop.confirmations.take(_text(params, "confirmation"))
-        if params.get("deny") is True:
-            return self.desktop.refuse(pending, _optional_text(params, "reason"))
+        pending = self.desktop.confirmations.take(call.confirmation)
+        if call.deny:
+            return self.desktop.refuse(pending, call.reason)
         book = self.desktop.confirmations
         try:
             result = await self._locked(
@@ -543,22 +552,17 @@ class Supervisor:
             raise
         return {"confirmation": pending.ident, "verdict": "ran", "result": result}
 
-    async def confirmations(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def confirmations(self, call: api.ConfirmationsParams) -> dict[str, Any]:
         """The operations waiting for the user, oldest first."""
         book = self.desktop.confirmations
         return {"pending": [pending.describe() for pending in book.pending.values()]}
 
-    async def confirmation(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def confirmation(self, call: api.ConfirmationParams) -> dict[str, Any]:
         """What became of a confirmation, waiting up to ``timeout_ms`` while it is pending."""
-        timeout_ms = params.get("timeout_ms", 0)
-        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
-            raise AotuiError(
-                ErrorCode.E_INVALID_CMD, "parameter 'timeout_ms' must be a non-negative integer"
-            )
-        ident = _text(params, "confirmation")
-        return await self.desktop.confirmations.wait(ident, min(timeout_ms, 600_000) / 1000)
+        timeout_s = (call.timeout_ms or 0) / 1000
+        return await self.desktop.confirmations.wait(call.confirmation, timeout_s)
 
-    async def status(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def status(self, call: api.StatusParams) -> dict[str, Any]:
         """The supervisor and every app: state, pid, memory, CPU, restarts, last exit."""
         me = psutil.Process()
         return {
@@ -610,24 +614,24 @@ class Supervisor:
             "layers": app.worker.layers if app.worker is not None else [],
         }
 
-    async def install(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def install(self, call: api.InstallParams) -> dict[str, Any]:
         """Install the app directory at ``path``."""
-        app = self.desktop.install(_text(params, "path"))
+        app = self.desktop.install(call.path)
         await self.desktop.persist(app)
-        self.changed("dom_mutation", app.app_id)
+        self.changed(SignalReason.DOM_MUTATION, app.app_id)
         return {"app": app.app_id, "id": app.manifest.id, "name": app.name}
 
-    async def uninstall(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def uninstall(self, call: api.UninstallParams) -> dict[str, Any]:
         """Stop and remove an app."""
-        app = await self.desktop.uninstall(_text(params, "app"))
-        self.changed("app_closed", app.app_id)
+        app = await self.desktop.uninstall(call.app)
+        self.changed(SignalReason.APP_CLOSED, app.app_id)
         return {"app": app.app_id, "id": app.manifest.id}
 
-    async def say(self, params: dict[str, Any]) -> Any:
+    async def say(self, call: api.SayParams) -> Any:
         """The user's side of the chat: post ``text`` into ``system.chat``."""
-        text = _text(params, "text")
+        text = call.text
         self.desktop.require_writable()
-        app = self.desktop.app(str(params.get("app") or "system.chat"))
+        app = self.desktop.app(call.app or "system.chat")
         app.require_live()
         # Stored before the reply, and no effect on an error (as an execute).
         return await self.desktop.deliver(
@@ -636,7 +640,7 @@ class Supervisor:
             "user_message",
         )
 
-    async def shutdown(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def shutdown(self, call: api.ShutdownParams) -> dict[str, Any]:
         """Stop the desktop after answering."""
         asyncio.get_running_loop().call_soon(self.stopping.set)
         return {"pid": os.getpid()}
@@ -648,32 +652,6 @@ def _remove_sockets(bound: dict[Path, int]) -> None:
         with contextlib.suppress(FileNotFoundError):
             if path.stat().st_ino == inode:  # never a newer desktop's socket
                 path.unlink()
-
-
-def _text(params: dict[str, Any], name: str) -> str:
-    value = params.get(name)
-    if not isinstance(value, str) or not value:
-        raise AotuiError(ErrorCode.E_INVALID_CMD, f"parameter {name!r} must be a non-empty string")
-    return value
-
-
-def _optional_text(params: dict[str, Any], name: str) -> str | None:
-    value = params.get(name)
-    if value is not None and not isinstance(value, str):
-        raise AotuiError(
-            ErrorCode.E_INVALID_CMD,
-            f"parameter {name!r} must be a string, not {type(value).__name__}",
-        )
-    return value or None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _token(params: dict[str, Any]) -> str | None:
-    """The input-lease token a request presents (CONTRACT §6), if any."""
-    return _optional_text(params, "token")
 
 
 def _session_expired(session: str, snapshot_id: str | None) -> AotuiError:
