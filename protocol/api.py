@@ -30,11 +30,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 TYPE_CHECKING = False  # typing's, without importing typing (~2 ms of every CLI call)
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
-    from typing import Any, ClassVar, Self, dataclass_transform
-else:
-
-    def dataclass_transform(**_options: object) -> object:
-        return lambda cls: cls
+    from typing import Any, ClassVar, Self
 
 
 __all__ = [
@@ -159,6 +155,7 @@ class Param:
         "faces",
         "flag",
         "kind",
+        "mcp_default",
         "max_length",
         "maximum",
         "minimum",
@@ -177,6 +174,7 @@ class Param:
         faces: Face,
         flag: str | None,
         required: bool | Face,
+        mcp_default: Any = None,
     ) -> None:
         self.name = ""
         self.description = description
@@ -186,6 +184,8 @@ class Param:
         #: The CLI flag (``--max-tokens``); ``""`` when the command line does not offer it.
         self.flag = flag
         self.required = required
+        #: What the MCP tool takes when the param is absent (its server fills it in).
+        self.mcp_default = mcp_default
         self.annotation = ""
         self.optional = False
         #: The annotation's type without ``None``: ``str``, ``int``, ``list[str]``, an enum's name.
@@ -228,8 +228,8 @@ class Param:
             return "bytes"
         return "object"
 
-    def schema(self) -> dict[str, Any]:
-        """Its JSON Schema, with its description."""
+    def schema(self, face: Face = Face.MCP) -> dict[str, Any]:
+        """Its JSON Schema on ``face``, with its description."""
         out: dict[str, Any] = {"type": self.json_type()}
         choices = self.enum
         if choices is not None:
@@ -240,8 +240,9 @@ class Param:
             out["minimum"] = self.minimum
         if self.maximum is not None:
             out["maximum"] = self.maximum
-        if self.default is not None and self.default is not _MISSING:
-            out["default"] = self.default.value if choices is not None else self.default
+        default = self.mcp_default if face is Face.MCP and self.mcp_default else self.default
+        if default is not None and default is not _MISSING:
+            out["default"] = default.value if isinstance(default, enum.Enum) else default
         out["description"] = self.description
         return out
 
@@ -343,6 +344,7 @@ def param(
     faces: Face = _EVERY,
     flag: str | None = None,
     required: bool | Face = False,
+    mcp_default: Any = None,
 ) -> Any:
     """Declare a parameter (or result field): ``since: str | None = param("…")``.
 
@@ -350,10 +352,11 @@ def param(
     for a parameter whose annotation has no ``None`` and no default, or the faces it is required
     on (``call_operation`` needs an operation; ``execute`` may be an open).
     """
-    return Param(description, default, minimum, maximum, max_length, faces, flag, required)
+    return Param(
+        description, default, minimum, maximum, max_length, faces, flag, required, mcp_default
+    )
 
 
-@dataclass_transform(kw_only_default=True, field_specifiers=(param,))
 class Declared:
     """Declared fields, built by keyword, read as attributes (:class:`Record`, :class:`Result`)."""
 
@@ -528,7 +531,13 @@ def _typed(field: Param, value: Any, strict: bool) -> Any:
     return value
 
 
-class Result(Declared, dict):  # type: ignore[misc]  # a dict at runtime, typed fields for mypy
+if TYPE_CHECKING:
+    _Dict = dict[str, Any]
+else:
+    _Dict = dict  # no typing at run time (its import costs each CLI call)
+
+
+class Result(Declared, _Dict):
     """What a method answers with: its declared fields as attributes, and a ``dict`` of its wire
     form (JSON-serializable, compared and read by key as the plain answers it types)."""
 
@@ -592,7 +601,7 @@ class Method:
         offered = self.offered(face)
         schema: dict[str, Any] = {
             "type": "object",
-            "properties": {name: p.schema() for name, p in offered.items()},
+            "properties": {name: p.schema(face) for name, p in offered.items()},
             "additionalProperties": False,
         }
         required = [name for name, p in offered.items() if p.required_on(face)]
@@ -958,7 +967,9 @@ class WaitParams(_Peer, method="wait_for", result=WaitResult, mcp_tool="wait", c
     """Block until one condition holds: a signal reason, a text in an app's views (or its
     disappearance), or quiet."""
 
-    reason: SignalReason | None = param("a change of this kind")
+    reason: SignalReason | None = param(
+        "a change of this kind", mcp_default=SignalReason.DOM_MUTATION
+    )
     text: str | None = param("this text appears in app's views", max_length=4000)
     app: str | None = param("the app text looks in")
     view: str | None = param("the view text looks in")
@@ -1134,7 +1145,7 @@ def reference_markdown() -> str:
                 kind = field.type_text() + (" or null" if field.optional else "")
                 out.append(f"| `{name}` | {kind} | {_cell(field.description)} |")
             out.append("")
-    return "\n".join(out)
+    return "\n".join(out).rstrip("\n")
 
 
 if __name__ == "__main__":

@@ -24,10 +24,10 @@ imported from here all the same.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from aotui.protocol.api import SignalReason
 from aotui.protocol.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -99,21 +99,6 @@ __all__ = [
     "WorkerPolicy",
     "message_type",
 ]
-
-
-class SignalReason(enum.StrEnum):
-    """Why the desktop changed, as a :class:`Signal` says (CONTRACT §6)."""
-
-    #: A view's content changed (or an app moved in a way with no reason of its own).
-    DOM_MUTATION = "dom_mutation"
-    #: An app started serving.
-    APP_OPENED = "app_opened"
-    #: An app was closed.
-    APP_CLOSED = "app_closed"
-    #: An app's worker ended unasked (it is restarting or failed).
-    APP_CRASHED = "app_crashed"
-    #: A crashed app serves again.
-    APP_RESTARTED = "app_restarted"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ else parses config.
 
 from __future__ import annotations
 
+import enum
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -19,7 +20,14 @@ from aotui.supervisor.desktop.snapshot import SnapshotBudget
 from aotui.supervisor.manifest import BUNDLED_APPS_DIR, LimitCeilings
 from aotui.supervisor.workers.restart import RestartPolicy
 
-__all__ = ["BUNDLED_APPS_DIR", "DesktopConfig", "LimitCeilings", "Limits", "load_config"]
+__all__ = [
+    "BUNDLED_APPS_DIR",
+    "DesktopConfig",
+    "Durability",
+    "LimitCeilings",
+    "Limits",
+    "load_config",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,17 @@ class Limits:
     pids: int = 32
     open_files: int = 256
     file_size_mb: int = 256
+
+
+class Durability(enum.StrEnum):
+    """When an acknowledged operation's effect is committed to the store (config ``durability``)."""
+
+    #: Committed (fsync) before the ack.
+    ACK = "ack"
+    #: Acknowledged at once, committed every ``durability_batch_ms`` (a crash may lose that much).
+    BATCH = "batch"
+    #: Nothing is stored: a crashed desktop starts empty.
+    OFF = "off"
 
 
 @dataclass(frozen=True)
@@ -89,7 +108,7 @@ class DesktopConfig:
     #: ``ack``: an execute is acknowledged only after its effect is durably committed (fsync);
     #: ``batch``: acknowledged at once, committed every ``durability_batch_ms`` (a crash may lose
     #: at most that much); ``off``: nothing is stored, a crashed desktop starts empty.
-    durability: str = "ack"
+    durability: Durability = Durability.ACK
     durability_batch_ms: int = 50
     #: Snapshot budgets (CONTRACT §4): bytes of one app's views, of one view, lines of one
     #: app's view tree (and views shown), deepest level listed, bytes of the whole snapshot.
@@ -210,7 +229,19 @@ def _apps(value: Any) -> tuple[str, ...]:
 
 
 #: Keys whose value is a structure, each with its own parser; the rest are scalars.
+def _durability(value: Any) -> Durability:
+    """The ``durability`` key: one of the :class:`Durability` modes."""
+    try:
+        return Durability(_check("durability", value, str))
+    except ValueError:
+        modes = ", ".join(mode.value for mode in Durability)
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD, f"config key 'durability' must be {modes}, got {value!r}"
+        ) from None
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
+    "durability": _durability,
     "limits": _limits,
     "max_limits": _max_limits,
     "policy": parse_policy,
@@ -245,8 +276,4 @@ def _check_whole(config: DesktopConfig) -> None:
             f"config key 'snapshot_max_bytes' must be at most {3 << 20} (a snapshot must fit "
             f"one 4 MiB frame), got {config.snapshot_max_bytes}",
         )
-    if config.durability not in ("ack", "batch", "off"):
-        raise AotuiError(
-            ErrorCode.E_INVALID_CMD,
-            f"config key 'durability' must be ack, batch or off, got {config.durability!r}",
-        )
+    _durability(config.durability)  # also when built without load_config

@@ -93,7 +93,7 @@ def _notes_agent(env: dict[str, str]) -> int:
                 }
             with contextlib.suppress(AotuiError):  # an error is an answer: the history has it
                 client.call(
-                    "execute", command=command, session="agent", snapshot_id=pulled["snapshot_id"]
+                    "execute", **command, session="agent", snapshot_id=pulled["snapshot_id"]
                 )
         time.sleep(1.0)  # the timed clears (signal loss, full disk) happen before the stop
     return 0
@@ -299,12 +299,10 @@ def test_kill_supervisor_then_up(tmp_path: Path) -> None:
                     client.call("exec", text=f"<context>open --application {notes}</context>")
                     client.call(
                         "execute",
-                        command={
-                            "app": notes,
-                            "view": "view_0",
-                            "operation": "add_note",
-                            "args": {"title": f"n{step}", "text": "t"},
-                        },
+                        app=notes,
+                        view="view_0",
+                        operation="add_note",
+                        args={"title": f"n{step}", "text": "t"},
                     )
                     added.append(step)
             except (AotuiError, DesktopUnavailable):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from aotui.protocol import api
 from aotui.protocol.errors import ErrorCode
 from aotui.supervisor.interface import jsonrpc
 from aotui.supervisor.interface.cli import COMMANDS
@@ -71,6 +72,44 @@ def test_the_mcp_table_is_the_fixed_tools() -> None:
 
     rows = _tables(_section(9))[1]
     assert sorted(_names(rows)) == sorted(tool.name for tool in mcp_server.TOOLS)
+
+
+def test_the_client_methods_section_is_the_declaration() -> None:
+    text = REFERENCE.read_text()
+    start = text.index("<!-- generated: python -m aotui.protocol.api -->\n")
+    end = text.index("\n<!-- end of generated -->")
+    shown = text[start:end].split("\n", 1)[1]
+    assert shown == api.reference_markdown(), (
+        "docs/reference.md §10 differs from protocol/api.py: paste the output of "
+        "`python -m aotui.protocol.api` between its markers"
+    )
+
+
+def test_every_face_offers_what_is_declared_for_it() -> None:
+    from aotui.supervisor.interface import cli, mcp_tools
+
+    assert set(jsonrpc.METHODS) == {
+        name for name, method in api.METHODS.items() if api.Face.JSONRPC in method.faces
+    }
+    for tool in mcp_tools.TOOLS:  # every property described, as declared
+        method = mcp_tools.TOOL_METHODS[tool.name]
+        assert tool.inputSchema == method.input_schema(api.Face.MCP)
+        for name, schema in tool.inputSchema["properties"].items():
+            assert schema["description"], (tool.name, name)
+    for method in api.METHODS.values():
+        if not method.cli_command:
+            continue
+        parser = cli.build_parser(method.cli_command)
+        (commands,) = (a for a in parser._actions if a.dest == "command")
+        assert isinstance(commands.choices, dict)
+        flags = {
+            option
+            for action in commands.choices[method.cli_command]._actions
+            for option in action.option_strings
+        }
+        for name, declared in method.offered(api.Face.CLI).items():
+            if declared.flag:
+                assert declared.flag in flags, (method.name, name)
 
 
 def test_every_page_cites_the_reference_not_a_file_a_clone_lacks() -> None:

@@ -194,24 +194,28 @@ def test_the_lease_owner_name_proves_nothing(start_desktop: Start) -> None:
     assert alice.lease_token
     impostor = desktop.new_client(owner="A")
     attempts: list[tuple[str, dict[str, Any]]] = [
-        ("execute", {"owner": "A", "text": "<context>open --application app_0</context>"}),
-        ("execute", {"token": "guessed", "text": "<context>open --application app_0</context>"}),
+        ("exec", {"owner": "A", "text": "<context>open --application app_0</context>"}),
+        ("exec", {"token": "guessed", "text": "<context>open --application app_0</context>"}),
+        ("execute", {"owner": "A", "action": "open_application", "app": "app_0"}),
         ("acquire", {"owner": "A"}),
-        ("heartbeat", {"owner": "A"}),
-        ("release", {"owner": "A"}),
+        ("heartbeat", {}),
+        ("release", {}),
         ("release", {"token": "guessed"}),
     ]
     for method, params in attempts:
         with pytest.raises(AotuiError) as refused:
             impostor.call(method, **params)  # type: ignore[arg-type]  # params hold no timeout
         assert refused.value.code is ErrorCode.E_LOCKED, (method, params)
+    with pytest.raises(AotuiError) as named:  # the lease's calls take no name at all
+        impostor.call("heartbeat", owner="A")
+    assert named.value.code is ErrorCode.E_INVALID_CMD
     with pytest.raises(AotuiError) as typed:
-        impostor.call("execute", owner=7, text="<context>open --application app_0</context>")
+        impostor.call("exec", owner=7, text="<context>open --application app_0</context>")
     assert typed.value.code is ErrorCode.E_INVALID_CMD
-    assert "'owner' must be a string" in typed.value.message
+    assert "'owner' of exec must be a string" in typed.value.message
     with pytest.raises(AotuiError) as typed:
         alice.call(
-            "execute",
+            "exec",
             token=alice.lease_token,
             snapshot_id=17,
             text="<context>open --application app_0</context>",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aotui.protocol.commands import Action, Command
+from aotui.protocol.api import SignalReason
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.broker.http import HttpRequest, HttpResponse
 from aotui.supervisor.chaos import disk
@@ -278,7 +279,7 @@ class FaultInjector:
             views.substitute(shown)
             self.masks[(app.app_id, view.key)] = Perturbation(view.key, shown, true_markdown, what)
             self._fault(fid, spec, app, command, {**what, "view": view_id})
-            self.supervisor.changed("dom_mutation")
+            self.supervisor.changed(SignalReason.DOM_MUTATION)
             self._visible(fid, "signal", f"dom_mutation: {view_id} of {app.app_id} changed")
             return
 
@@ -328,7 +329,7 @@ class FaultInjector:
             f"{dropped} desktop signal(s) were not sent in the last "
             f"{detail['seconds']:g} s; pull a snapshot to catch up."
         )
-        self.supervisor.changed("dom_mutation")
+        self.supervisor.changed(SignalReason.DOM_MUTATION)
         self._visible(fid, "system_log", f"{dropped} signal(s) not sent")
 
     def _http(self, app: AppRecord, fetch: Fetch) -> Fetch:

@@ -8,13 +8,13 @@ that), so each change of an app's state is one named step, found in one place.
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aotui.protocol.api import AppStatus
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import sanitize
 from aotui.supervisor.desktop.view_tree import ViewTree
@@ -27,25 +27,6 @@ if TYPE_CHECKING:
     from aotui.supervisor.workers.handle import WorkerHandle
 
 __all__ = ["TRANSITIONS", "AppRecord", "AppStatus"]
-
-
-class AppStatus(enum.Enum):
-    """The state of an installed app, in the words of CONTRACT §8."""
-
-    #: Installed, no worker.
-    NOT_RUNNING = "not running"
-    #: A worker is being launched and has not shown its first views yet.
-    STARTING = "starting"
-    #: The worker serves and its views are in the snapshot.
-    RUNNING = "running"
-    #: The worker serves but the app shows no block in the snapshot.
-    COLLAPSED = "collapsed"
-    #: The worker died unexpectedly and a new one is being started.
-    RESTARTING = "restarting"
-    #: The app crashed too often; ``open`` clears it.
-    FAILED = "failed"
-    #: The worker was asked to exit.
-    STOPPING = "stopping"
 
 
 #: Allowed transitions; :meth:`AppRecord.transition` refuses anything else.

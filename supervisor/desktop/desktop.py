@@ -31,7 +31,7 @@ from aotui.protocol.messages import (
     Operation,
     SignalReason,
 )
-from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.config import DesktopConfig, Durability
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
 from aotui.supervisor.desktop.confirmations import (
     AwaitingUser,
@@ -96,7 +96,7 @@ class Desktop:
         self.registry: SnapshotRegistry[RefTable] = SnapshotRegistry(
             config.snapshot_ttl_s,
             config.snapshot_max_entries,
-            reserve=self._reserve_ids if config.durability != "off" else None,
+            reserve=self._reserve_ids if config.durability != Durability.OFF else None,
             compact=RefTableSharing(),
         )
         #: What each pull left the agent with, the base of a later pull ``since`` it.
@@ -160,16 +160,16 @@ class Desktop:
                 await asyncio.to_thread(self.store.remember_identity, self.serialize())
             except (StoreIOError, OSError) as exc:
                 self._store_failed(exc)
-            if self.config.durability == "batch":
+            if self.config.durability == Durability.BATCH:
                 self._flusher = asyncio.get_running_loop().create_task(self._flush_batches())
 
     def _open_store(self) -> DesktopState | None:
         """Lock and read the store (nothing is written before this returns); log what it found."""
-        if self.config.durability == "off":
+        if self.config.durability == Durability.OFF:
             return None
         path = store_path(self.config.desktop)
         self.store_lock = StoreLock.acquire(path)  # one store, one supervisor, for our whole life
-        synchronous = "FULL" if self.config.durability == "ack" else "NORMAL"
+        synchronous = "FULL" if self.config.durability == Durability.ACK else "NORMAL"
         self.store = DesktopStore(path, synchronous)
         saved = self.store.load()
         if self.store.wal_damage:
@@ -290,7 +290,7 @@ class Desktop:
         """Store ``apps`` (and the desktop); in ``ack`` mode, returns once it is durable."""
         if self.store is None:
             return
-        if self.config.durability == "batch":
+        if self.config.durability == Durability.BATCH:
             self._dirty.update(app.app_id for app in apps)
             return
         entries = [self._entry(app) for app in apps]
@@ -310,7 +310,7 @@ class Desktop:
 
     async def _commit(self, app: AppRecord, state: Any) -> None:
         """Make ``state`` the app's acknowledged state: stored first (``ack``), then adopted."""
-        if self.store is None or self.config.durability == "batch":
+        if self.store is None or self.config.durability == Durability.BATCH:
             app.adopt_state(state)
             await self.persist(app)
             return
@@ -333,7 +333,7 @@ class Desktop:
         assert isinstance(state, dict)
         app.storing_begins()  # a worker started meanwhile starts from this data (wait_stored)
         try:
-            if self.store is not None and self.config.durability != "batch":
+            if self.store is not None and self.config.durability != Durability.BATCH:
                 entry = self._entry(app)  # its data: the parts as they were, before ``changes``
                 header, positions = self._header()
                 try:
@@ -353,7 +353,7 @@ class Desktop:
         finally:
             app.storing_ends()
         self.data_budget.adopted(app.app_id, state)
-        if self.store is not None and self.config.durability == "batch":
+        if self.store is not None and self.config.durability == Durability.BATCH:
             await self.persist(app)
 
     def _reserve_ids(self, count: int) -> int:

@@ -425,9 +425,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """Print the desktop snapshot."""
     reader = _reader(args)
-    chosen = {name: getattr(args, name) for name in api.SnapshotParams.FIELDS if name in args}
+    flagged = [n for n, p in api.METHODS["snapshot"].offered(api.Face.CLI).items() if p.flag]
+    chosen = {name: getattr(args, name) for name in flagged if name != "include_meta"}
     pull = {name: value for name, value in chosen.items() if value is not None}
-    pull.pop("include_meta", None)
     if args.plain and args.include_meta:
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,

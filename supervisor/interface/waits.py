@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from aotui.protocol.api import WaitParams
+from aotui.protocol.api import SignalReason, WaitParams
 from aotui.protocol.errors import AotuiError, ErrorCode
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class DesktopWaits:
         self._waiters: set[_Waiter] = set()
         supervisor.change_listeners.append(self.changed)
 
-    def changed(self, reason: str) -> None:
+    def changed(self, reason: SignalReason) -> None:
         """A change on the desktop: every waiter looks at its condition again."""
         self.last_change = time.monotonic()
         for waiter in self._waiters:

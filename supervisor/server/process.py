@@ -98,7 +98,7 @@ class Supervisor:
         #: Which snapshot each reader last pulled (refs resolve against it; CONTRACT §6).
         self.sessions = SessionTable()
         #: Called with the reason of every change, before the throttle (wait-for's quiet time).
-        self.change_listeners: list[Callable[[str], None]] = []
+        self.change_listeners: list[Callable[[SignalReason], None]] = []
         #: Served beside the control socket while the desktop runs (added before ``serve``).
         self.services: list[Service] = []
         #: A chaos run's nemesis (supervisor/chaos/nemesis.py), or None: off, it costs nothing.
@@ -283,7 +283,7 @@ class Supervisor:
 
     # --- signals --------------------------------------------------------------------------------
 
-    def changed(self, reason: str, app: str | None = None) -> None:
+    def changed(self, reason: SignalReason, app: str | None = None) -> None:
         """Something on the desktop changed (of ``app``, when one app's): publish now or hold
         for the trailing edge."""
         for listener in self.change_listeners:
