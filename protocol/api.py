@@ -360,8 +360,10 @@ def param(
 class Declared:
     """Declared fields, built by keyword, read as attributes (:class:`Record`, :class:`Result`)."""
 
-    #: The fields in declaration order, inherited ones first.
+    #: The fields in declaration order: its own first, then those of its bases.
     FIELDS: ClassVar[dict[str, Param]] = {}
+    #: Whether a string field is bounded by its ``max_length`` (a call's params are).
+    BOUNDED: ClassVar[bool] = True
 
     def __init_subclass__(cls, **options: Any) -> None:
         super().__init_subclass__(**options)
@@ -380,6 +382,8 @@ class Declared:
             found.kind = next(part for part in parts if part != "None")
             if found.flag is None:
                 found.flag = "--" + name.replace("_", "-")
+            if not cls.BOUNDED:  # an answer's text is as long as it is
+                found.max_length = None
             fields[name] = found
             delattr(cls, name)  # each instance holds its own value
         # Its own fields first, then those of its bases (shared ones: session, token, ...).
@@ -540,6 +544,8 @@ else:
 class Result(Declared, _Dict):
     """What a method answers with: its declared fields as attributes, and a ``dict`` of its wire
     form (JSON-serializable, compared and read by key as the plain answers it types)."""
+
+    BOUNDED = False
 
     def __init__(self, **values: Any) -> None:
         dict.__init__(self)
