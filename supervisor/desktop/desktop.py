@@ -41,6 +41,7 @@ from aotui.supervisor.desktop.confirmations import (
     Verdict,
 )
 from aotui.supervisor.desktop.controls import check_dialog, confirm_rule
+from aotui.supervisor.desktop.persistence import Persistence, desktop_state, persistence_for
 from aotui.supervisor.desktop.snapshot import RefTable, Snapshot, build_snapshot
 from aotui.supervisor.desktop.snapshot_cache import SnapshotCache
 from aotui.supervisor.desktop.snapshot_diff import SeenBlocks
@@ -48,24 +49,16 @@ from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.system_log import SystemLog
 from aotui.supervisor.desktop.view_tree import ViewRecord
 from aotui.supervisor.manifest import Manifest, load_manifest, names_clash
-from aotui.supervisor.paths import DesktopPaths, app_log_dir, store_path
+from aotui.supervisor.paths import DesktopPaths, app_log_dir
 from aotui.supervisor.server.registry import RefTableSharing, SnapshotRegistry
-from aotui.supervisor.store.budget import DataBudget
 from aotui.supervisor.store.faults import StoreIOError
-from aotui.supervisor.store.lock import StoreLock
-from aotui.supervisor.store.state import AppEntry, DesktopState
-from aotui.supervisor.store.store import DesktopStore
+from aotui.supervisor.store.state import DesktopState
 from aotui.supervisor.workers.app_logs import last_output, log_size
 from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.restart import RestartTracker
 from aotui.supervisor.workers.runner import AppRunner
 
 __all__ = ["Desktop"]
-
-#: How often a desktop whose store refuses writes tries again.
-STORE_RETRY_S = 0.5
-#: Below this much free space on the store's disk, state changes are refused before they run.
-STORE_MIN_FREE_BYTES = 256 << 10
 
 
 class Desktop:
@@ -87,16 +80,12 @@ class Desktop:
         self.apps: list[AppRecord] = []
         # A fair share per source: one app cannot evict the others' crash reports.
         self.system_log = SystemLog(config.log_entries)
-        self.store: DesktopStore | None = None
-        self.store_lock: StoreLock | None = None
-        #: Why the store refuses writes, while it does (state-changing commands get ``E_IO``).
-        self.store_problem: str | None = None
-        #: True once the stored desktop is loaded: only then may anything be written to it.
-        self.loaded = False
+        #: Where its state is stored, by durability mode (persistence.py).
+        self.persistence: Persistence = persistence_for(self, config)
         self.registry: SnapshotRegistry[RefTable] = SnapshotRegistry(
             config.snapshot_ttl_s,
             config.snapshot_max_entries,
-            reserve=self._reserve_ids if config.durability != Durability.OFF else None,
+            reserve=self.persistence.reserve_ids if config.durability != Durability.OFF else None,
             compact=RefTableSharing(),
         )
         #: What each pull left the agent with, the base of a later pull ``since`` it.
@@ -106,11 +95,6 @@ class Desktop:
         #: Block id (``app_0/view_3``) → when the agent last mounted it or executed in it: token
         #: budgets shorten the least recently touched first.
         self.touched: dict[str, float] = {}
-        self._dirty: set[str] = set()
-        #: The stored size of each app's keyed data, held under its budget (store/budget.py).
-        self.data_budget = DataBudget()
-        self._flusher: asyncio.Task[None] | None = None
-        self._recovery: asyncio.Task[None] | None = None
         #: Told each execute's arguments as resolved (a chaos run's nemesis), or None.
         self.on_resolved: Callable[[Command, dict[str, Any]], None] | None = None
         self.runner = AppRunner(config, paths, context, lambda: self.apps, self.log, on_change)
@@ -123,14 +107,15 @@ class Desktop:
 
     async def start(self) -> None:
         """Start the zygote; restore the stored desktop or create it; open what was open."""
-        saved = self._open_store()
+        saved = self.persistence.open()
+        self.registry.reserve_ids()  # before any snapshot id is handed out, durably
         self.runner.start()
         to_open: list[tuple[AppRecord, str]] = []
         if saved is not None:
             to_open = self.restore(saved)
         restored = {app.app_id for app, _ in to_open}
         installed = {app.manifest.id for app in self.apps}
-        quarantined = self.store.quarantined if self.store else []
+        quarantined = self.persistence.quarantined
         installed |= {q.manifest_id for q in quarantined if q.manifest_id}
         unknown = [q.app for q in quarantined if not q.manifest_id]
         for entry in [] if unknown else self.config.apps:
@@ -154,35 +139,7 @@ class Desktop:
         await asyncio.gather(
             *(self._reopen(app, status, again=app.app_id in restored) for app, status in to_open)
         )
-        if self.store is not None:
-            try:
-                await asyncio.to_thread(self.store.save_desktop, self.serialize())
-                await asyncio.to_thread(self.store.remember_identity, self.serialize())
-            except (StoreIOError, OSError) as exc:
-                self._store_failed(exc)
-            if self.config.durability == Durability.BATCH:
-                self._flusher = asyncio.get_running_loop().create_task(self._flush_batches())
-
-    def _open_store(self) -> DesktopState | None:
-        """Lock and read the store (nothing is written before this returns); log what it found."""
-        if self.config.durability == Durability.OFF:
-            return None
-        path = store_path(self.config.desktop)
-        self.store_lock = StoreLock.acquire(path)  # one store, one supervisor, for our whole life
-        synchronous = "FULL" if self.config.durability == Durability.ACK else "NORMAL"
-        self.store = DesktopStore(path, synchronous)
-        saved = self.store.load()
-        if self.store.wal_damage:
-            self.log(f"The desktop store was damaged after a crash: {self.store.wal_damage}.")
-            self.store.wal_damage_reported()
-        for row in self.store.quarantined:
-            self.log(
-                f"{row.app} ({row.manifest_id or 'unknown app'}) is quarantined: its stored row "
-                f"is damaged ({row.problem}). The other apps loaded; its row is kept untouched "
-                f"in {path} and its app_N is never reused."
-            )
-        self.registry.reserve_ids()  # before any snapshot id is handed out, durably
-        return saved
+        await self.persistence.started()
 
     async def _reopen(self, app: AppRecord, status: str, again: bool) -> None:
         logs = app_log_dir(self.config.desktop)
@@ -200,66 +157,14 @@ class Desktop:
 
     async def stop(self) -> None:
         """Stop every worker and the zygote (leaves no process behind); flush the store."""
-        if self._flusher is not None:
-            self._flusher.cancel()
-            await asyncio.gather(self._flusher, return_exceptions=True)
-        if self._recovery is not None:
-            self._recovery.cancel()
-            await asyncio.gather(self._recovery, return_exceptions=True)
-        if self.store is not None and self.loaded:
-            # Only a desktop that finished loading may write: a failed start leaves its store as
-            # it found it.
-            try:
-                await asyncio.to_thread(self.store.save_desktop, self.serialize())
-            except (AotuiError, OSError) as exc:
-                self.log(f"Could not write the desktop store at shutdown: {exc}")
+        await self.persistence.stop()
         await self.runner.stop()
-        if self.store is not None:
-            self.store.close()
 
     # --- serialize / restore / persist ----------------------------------------------------------
 
     def serialize(self) -> DesktopState:
         """The desktop as a :class:`DesktopState` (seed 000 §9)."""
-        return DesktopState(
-            self.desktop_id,
-            self.created,
-            time.time(),
-            self.next_app,
-            [self._entry(app) for app in self.apps],
-        )
-
-    def _header(self) -> tuple[DesktopState, dict[str, int]]:
-        """The desktop's own fields without app entries, and each app's place among them.
-
-        What a write of some apps needs besides their entries: building every app's entry
-        (its view ids, mounted views, data) for each acknowledgement cost every operation time
-        in proportion to the whole desktop.
-        """
-        state = DesktopState(self.desktop_id, self.created, time.time(), self.next_app, [])
-        return state, {app.app_id: i for i, app in enumerate(self.apps)}
-
-    def _entry(self, app: AppRecord) -> AppEntry:
-        status = {
-            AppStatus.RUNNING: "running",
-            AppStatus.STARTING: "running",
-            AppStatus.RESTARTING: "running",
-            AppStatus.COLLAPSED: "collapsed",
-            AppStatus.FAILED: "failed",
-        }.get(app.status, "not running")
-        mounted = app.views.mounted_keys() if app.is_live else list(app.restore_views)
-        return AppEntry(
-            app=app.app_id,
-            manifest_id=app.manifest.id,
-            app_dir=str(app.manifest.app_dir),
-            status=status,
-            mounted=mounted,
-            hidden=sorted(app.views.hidden),
-            view_ids=dict(app.views.ids),
-            data=app.saved_state,
-            restarts=app.restarts,
-            last_exit=app.last_exit,
-        )
+        return desktop_state(self)
 
     def restore(self, state: DesktopState) -> list[tuple[AppRecord, str]]:
         """Rebuild the apps of a saved desktop (same ``app_N``, view ids and data).
@@ -286,160 +191,26 @@ class Desktop:
                 reopen.append((record, entry.status))
         return reopen
 
+    @property
+    def loaded(self) -> bool:
+        """True once the stored desktop is loaded: only then may anything be written to it."""
+        return self.persistence.loaded
+
+    @loaded.setter
+    def loaded(self, value: bool) -> None:
+        self.persistence.loaded = value
+
     async def persist(self, *apps: AppRecord) -> None:
         """Store ``apps`` (and the desktop); in ``ack`` mode, returns once it is durable."""
-        if self.store is None:
-            return
-        if self.config.durability == Durability.BATCH:
-            self._dirty.update(app.app_id for app in apps)
-            return
-        entries = [self._entry(app) for app in apps]
-        header, positions = self._header()
-        try:
-            await asyncio.to_thread(self.store.save_apps, header, entries, positions)
-        except StoreIOError as exc:
-            self._store_failed(exc)
-            raise AotuiError(
-                ErrorCode.E_IO,
-                f"the change took effect, but the desktop's store could not record it "
-                f"({exc.detail}); it is kept in memory and written when the store can be written "
-                f"again. Until then state-changing commands are refused; snapshots and status "
-                f"still work.",
-                {"store": "failing"},
-            ) from None
-
-    async def _commit(self, app: AppRecord, state: Any) -> None:
-        """Make ``state`` the app's acknowledged state: stored first (``ack``), then adopted."""
-        if self.store is None or self.config.durability == Durability.BATCH:
-            app.adopt_state(state)
-            await self.persist(app)
-            return
-        entry = self._entry(app)
-        entry.data = state
-        header, positions = self._header()
-        app.storing_begins()  # a worker started meanwhile starts from this data (wait_stored)
-        try:
-            await asyncio.to_thread(self.store.save_apps, header, [entry], positions)
-            app.adopt_state(state)
-        except StoreIOError as exc:
-            self._store_failed(exc)
-            raise
-        finally:
-            app.storing_ends()
-
-    async def _commit_parts(self, app: AppRecord, changes: dict[str, Any]) -> None:
-        """Like :meth:`_commit` for keyed data: only the changed parts are written, then adopted."""
-        state = app.saved_state
-        assert isinstance(state, dict)
-        app.storing_begins()  # a worker started meanwhile starts from this data (wait_stored)
-        try:
-            if self.store is not None and self.config.durability != Durability.BATCH:
-                entry = self._entry(app)  # its data: the parts as they were, before ``changes``
-                header, positions = self._header()
-                try:
-                    await asyncio.to_thread(
-                        self.store.save_parts, header, entry, changes, positions[app.app_id]
-                    )
-                except StoreIOError as exc:
-                    self._store_failed(exc)
-                    raise
-            # A new dict, never the old one changed in place: a write of the whole desktop may
-            # be encoding the old one in a thread right now. (A copy of the keys, not values.)
-            state = {**state, **changes}
-            for part, value in changes.items():
-                if value is None:
-                    del state[part]
-            app.adopt_state(state)
-        finally:
-            app.storing_ends()
-        self.data_budget.adopted(app.app_id, state)
-        if self.store is not None and self.config.durability == Durability.BATCH:
-            await self.persist(app)
-
-    def _reserve_ids(self, count: int) -> int:
-        """A durable block of snapshot ids (a small write, once per ``count`` pulls)."""
-        assert self.store is not None
-        try:
-            return self.store.reserve_snapshot_ids(count)
-        except StoreIOError as exc:
-            self._store_failed(exc)
-            raise
+        await self.persistence.persist(*apps)
 
     def require_writable(self) -> None:
         """``E_IO`` before a state-changing command while the store refuses writes."""
-        if self.store is not None and self.store_problem is None:
-            # A full disk is seen before the effect, not after (one statvfs, microseconds).
-            full = self.store.space_problem(STORE_MIN_FREE_BYTES)
-            if full is not None:
-                self._store_failed(StoreIOError(self.store.path, "written", full))
-        if self.store_problem is not None:
-            raise AotuiError(
-                ErrorCode.E_IO,
-                f"the desktop's store cannot be written ({self.store_problem}); state-changing "
-                f"commands are refused until it can, and nothing was changed. Snapshots and "
-                f"status still work; the desktop retries every {STORE_RETRY_S} s by itself "
-                f"(free disk space or fix the disk).",
-                {"store": "failing"},
-            )
+        self.persistence.require_writable()
 
     def store_status(self) -> dict[str, Any]:
         """The store's state for ``status``: ``ok``, ``failing`` (with why) or ``off``."""
-        if self.store is None:
-            return {"state": "off"}
-        return {
-            "state": "failing" if self.store_problem else "ok",
-            "problem": self.store_problem,
-            "path": str(self.store.path),
-            "quarantined": [q.app for q in self.store.quarantined],
-            "wal_damage": self.store.wal_damage,
-        }
-
-    def _store_failed(self, exc: Exception) -> None:
-        """The store refused a write: refuse state changes until a retry succeeds."""
-        detail = exc.detail if isinstance(exc, StoreIOError) else str(exc)
-        if self.store_problem is None:
-            self.log(
-                f"The desktop store cannot be written ({detail}); state-changing commands are "
-                f"refused until it can. Snapshots still work."
-            )
-        self.store_problem = detail
-        if self._recovery is None or self._recovery.done():
-            self._recovery = asyncio.get_running_loop().create_task(self._recover_store())
-
-    async def _recover_store(self) -> None:
-        """Retry until the whole desktop is written again, then accept state changes."""
-        assert self.store is not None
-        while self.store_problem is not None:
-            await asyncio.sleep(STORE_RETRY_S)
-            full = self.store.space_problem(STORE_MIN_FREE_BYTES)
-            if full is not None:
-                self.store_problem = full
-                continue
-            dirty, self._dirty = self._dirty, set()
-            try:
-                await asyncio.to_thread(self.store.save_desktop, self.serialize())
-                await asyncio.to_thread(self.store.remember_identity, self.serialize())
-            except (AotuiError, OSError) as exc:
-                self._dirty |= dirty
-                self.store_problem = exc.detail if isinstance(exc, StoreIOError) else str(exc)
-                continue
-            self.store_problem = None
-            self.log("The desktop store can be written again; state-changing commands work.")
-
-    async def _flush_batches(self) -> None:
-        assert self.store is not None
-        while True:
-            await asyncio.sleep(self.config.durability_batch_ms / 1000)
-            if not self._dirty:
-                continue
-            dirty, self._dirty = self._dirty, set()
-            entries = [self._entry(app) for app in self.apps if app.app_id in dirty]
-            header, positions = self._header()
-            try:
-                await asyncio.to_thread(self.store.save_apps, header, entries, positions)
-            except (AotuiError, OSError) as exc:
-                self._dirty |= dirty
-                self._store_failed(exc)
+        return self.persistence.status()
 
     def log(self, text: str, owner: str | None = None) -> None:
         """Add a line to System Logs (``owner``: see :mod:`supervisor.desktop.system_log`)."""
@@ -500,19 +271,8 @@ class Desktop:
             raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is a system app")
         await self.close_app(app)
         self.apps.remove(app)
-        self.data_budget.forget(app.app_id)
         self.log(f"Uninstalled {app.name} ({app.manifest.id}).")
-        if self.store is not None:
-            try:
-                await asyncio.to_thread(self.store.delete_app, app.app_id)
-            except StoreIOError as exc:
-                self._store_failed(exc)
-                raise AotuiError(
-                    ErrorCode.E_IO,
-                    f"{app.app_id} was uninstalled, but the store could not record it "
-                    f"({exc.detail}); it is written when the store can be written again.",
-                    {"store": "failing"},
-                ) from None
+        await self.persistence.forget(app)
         return app
 
     def _moved(self, app: AppRecord, old: AppStatus, new: AppStatus) -> None:
@@ -887,15 +647,17 @@ class Desktop:
             )
         if reply.state_changes:
             try:
-                self.data_budget.admit(app.app_id, app.name, app.saved_state, reply.state_changes)
+                self.persistence.budget.admit(
+                    app.app_id, app.name, app.saved_state, reply.state_changes
+                )
             except AotuiError:
                 await self._stop_worker(app, ExitReason.UNACKNOWLEDGED_EFFECT)
                 raise
         try:  # the ack waits for the store (durability "ack")
             if reply.state_changes:
-                await self._commit_parts(app, reply.state_changes)
+                await self.persistence.commit_parts(app, reply.state_changes)
             elif reply.state is not None and reply.state != app.saved_state:
-                await self._commit(app, reply.state)
+                await self.persistence.commit(app, reply.state)
         except StoreIOError as exc:
             raise await self._undo(app, what, exc) from None
         return reply.result
