@@ -339,10 +339,37 @@ class Desktop:
                     f"not shown (see the markers in its block).",
                     app.app_id,
                 )
-        pulled = select(snap, options, base, self.touched)
+        try:
+            pulled = select(snap, options, base, self.touched)
+        except AotuiError as exc:
+            raise self._why_not_shown(exc, options) from None
         snapshot_id = self.registry.add(snap.refs)
         self.seen.record(snapshot_id, pulled.seen)
         return snapshot_id, dataclasses.replace(snap, markdown=pulled.markdown)
+
+    def _why_not_shown(self, exc: AotuiError, options: PullOptions) -> AotuiError:
+        """A pull of one app that shows no block, told by the app's state (restarting, …)."""
+        if exc.code is not ErrorCode.E_NOT_FOUND or options.app is None or options.view:
+            return exc
+        app = self.app(options.app)
+        status = app.status
+        if status is AppStatus.RESTARTING or status is AppStatus.STARTING:
+            # A worker started again after one ended is a restart, whatever the step.
+            restart = status is AppStatus.RESTARTING or app.last_exit
+            word = "restarting" if restart else "starting"
+            why = f"its worker ended ({app.last_exit}) and " if app.last_exit else ""
+            return AotuiError(
+                ErrorCode.E_NOT_FOUND,
+                f"{app.app_id} ({app.name}) is {word}: {why}it shows no block until its first "
+                f"views come; pull again in a moment (aotui wait --reason app_restarted)",
+                {"app": app.app_id, "state": word},
+            )
+        return AotuiError(
+            ErrorCode.E_NOT_FOUND,
+            f"{app.app_id} ({app.name}) is {status.value} and shows no block"
+            + ("; open it first" if status is not AppStatus.COLLAPSED else "; show it first"),
+            {"app": app.app_id, "state": status.value},
+        )
 
     def _diff_base(self, since: str) -> dict[str, str]:
         """What the agent had after pull ``since``; ``E_STALE_STATE`` when it is not known."""
