@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -380,3 +381,30 @@ def test_a_setsid_grandchild_of_the_agent_is_found_and_killed(tmp_path: Path) ->
         if daemon is not None:
             with contextlib.suppress(psutil.Error):
                 daemon.kill()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_in_a_directory_of_its_own_leaves_only_its_history(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text('seed = 1\n[[fault]]\ntype = "latency"\nms = 5\nprobability = 0.5\n')
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    left: dict[bool, set[str]] = {}
+    for keep in (False, True):
+        args = [str(plan), *(["--keep"] if keep else []), "--json", "--", "true"]
+        done = subprocess.run(
+            [sys.executable, "-m", "aotui.supervisor", "chaos", "run", *args],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            cwd=REPO,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout)
+        workdir = Path(summary["workdir"])
+        assert workdir.parent == tmp_path  # where it said, made for the run
+        assert summary["cleaned"] is not keep
+        left[keep] = {entry.name for entry in workdir.iterdir()}
+        assert Path(summary["history"]).exists()
+    assert left[False] == {"history.jsonl"}  # the desktop, store and logs are gone
+    assert {"history.jsonl", "run", "home", "desktop.toml"} <= left[True]

@@ -50,7 +50,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         each.add_argument("--duration", type=float, help="seconds the run lasts at most")
         each.add_argument("--history", help="where the history goes (default: in the run's dir)")
-        each.add_argument("--workdir", help="the run's directory (default: a new temporary one)")
+        each.add_argument(
+            "--workdir",
+            help="the run's directory, kept (default: a new temporary one, removed after the "
+            "run but for the history)",
+        )
+        each.add_argument(
+            "--keep",
+            action="store_true",
+            help="keep the new temporary directory's desktop, store and logs too",
+        )
         each.add_argument("--json", action="store_true", help="the summary as JSON")
     for name in JUDGES:
         judged = sub.add_parser(name, help=f"{name} a chaos history")
@@ -138,6 +147,7 @@ def _finish(args: argparse.Namespace, result: Any) -> None:
                 {
                     "history": str(result.history),
                     "workdir": str(result.workdir),
+                    "cleaned": result.cleaned,
                     "agent_exit": result.agent_exit,
                     "leftover_pids": list(result.leftover_pids),
                     "leftovers": [
@@ -163,7 +173,14 @@ def _run(args: argparse.Namespace) -> int:
             "--: aotui chaos run plan.toml -- python my_agent.py",
         )
     plan = _plan(args)
-    run = ChaosRun(plan, list(args.agent), args.duration, _path(args.history), _path(args.workdir))
+    run = ChaosRun(
+        plan,
+        list(args.agent),
+        args.duration,
+        _path(args.history),
+        _path(args.workdir),
+        keep=args.keep,
+    )
     result = run.run()
     _finish(args, result)
     return 0 if result.agent_exit in (0, None) and not result.leftover_pids else 1
@@ -188,7 +205,13 @@ def _app(args: argparse.Namespace) -> int:
     duration = args.duration if args.duration is not None else plan.duration_s
     agent = RandomAgent(manifest.id, plan.seed, args.steps, deadline_s=duration)
     run = ChaosRun(
-        plan, agent, duration + 30, _path(args.history), _path(args.workdir), apps=[str(app_dir)]
+        plan,
+        agent,
+        duration + 30,
+        _path(args.history),
+        _path(args.workdir),
+        apps=[str(app_dir)],
+        keep=args.keep,
     )
     result = run.run()
     _finish(args, result)

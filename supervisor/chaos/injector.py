@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aotui.protocol.commands import Action, Command
 from aotui.protocol.api import SignalReason
+from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.broker.http import HttpRequest, HttpResponse
 from aotui.supervisor.chaos import disk

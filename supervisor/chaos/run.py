@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -75,6 +76,8 @@ class RunResult:
     leftovers: tuple[Leftover, ...]
     #: Counts by history kind (``command``, ``fault``…).
     counts: dict[str, int] = field(default_factory=dict)
+    #: The run's own files (runtime, store, logs) were removed: only the history is left.
+    cleaned: bool = False
 
     @property
     def leftover_pids(self) -> tuple[int, ...]:
@@ -89,6 +92,11 @@ class RunResult:
             f"{c.get('recovery', 0)} recoveries, {c.get('errors', 0)} error replies, "
             f"agent exit {self.agent_exit}, {len(self.leftover_pids)} processes left; "
             f"history {self.history}"
+            + (
+                f"; the run's desktop and logs were removed from {self.workdir} (--keep keeps them)"
+                if self.cleaned
+                else f"; the run's desktop and logs are in {self.workdir}"
+            )
         )
 
 
@@ -104,9 +112,12 @@ class ChaosRun:
         workdir: Path | None = None,
         apps: list[str] | None = None,
         config_extra: str = "",
+        keep: bool = True,
     ) -> None:
         self.plan = plan
         self.agent = agent
+        #: Keep the run's own files in a directory made for it (else only its history stays).
+        self.keep = keep or workdir is not None
         self.duration_s = plan.duration_s if duration_s is None else duration_s
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="aotui-chaos-")).resolve()
         self.history = Path(history or self.workdir / "history.jsonl").resolve()
@@ -332,9 +343,28 @@ class ChaosRun:
                 writer.close()
                 if self.mounted is not None:
                     subprocess.run(["umount", "-l", str(self.mounted)], capture_output=True)
+        cleaned = not self.keep and self._clean()
         return RunResult(
-            self.history, self.workdir, agent_exit, tuple(leftovers), _counts(self.history)
+            self.history,
+            self.workdir,
+            agent_exit,
+            tuple(leftovers),
+            _counts(self.history),
+            cleaned,
         )
+
+    def _clean(self) -> bool:
+        """Remove the run's own files from the directory made for it, all but its history."""
+        if self.mounted is not None:
+            return False  # a lazily unmounted store may still be busy: leave it, say where
+        for entry in self.workdir.iterdir():
+            if entry == self.history:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        return True
 
     def _drive(self, writer: HistoryWriter, started: float) -> int | None:
         """Run the agent until it exits or the duration ends, firing the timed faults."""
