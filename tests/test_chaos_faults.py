@@ -156,6 +156,10 @@ def test_every_command_fault_is_injected_and_visible(notes_history: list[Any]) -
     for name, fault in faults.items():
         reply = _reply_of_fault(notes_history, fault)
         assert _visible(notes_history, fault) or not reply.ok, name
+    # Signal lines name the apps their changes concern (they said "apps": [] always).
+    states = {e.app for e in notes_history if isinstance(e, StateEvent)}
+    named = {app for e in notes_history if isinstance(e, SignalEvent) for app in e.apps}
+    assert named and named <= states, (named, states)
 
 
 @pytest.mark.timeout(180)

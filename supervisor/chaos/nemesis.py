@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -329,14 +330,15 @@ class Nemesis(FaultInjector):
                 fired.append((f"{spec.fault_id}.{self.prefix}{done + 1}", spec))
         return fired
 
-    def on_signal(self, reason: str, reasons: tuple[str, ...]) -> bool:
-        """A signal is about to go out: record it; False drops it (a signal_loss fault)."""
+    def on_signal(self, reason: str, reasons: tuple[str, ...], apps: Sequence[str] = ()) -> bool:
+        """A signal is about to go out: record it (with the apps its changes concern); False
+        drops it (a signal_loss fault)."""
         drop = self.signal_drop
         if drop is not None and time.monotonic() < drop[1]:
             self.signal_drop = (drop[0], drop[1], drop[2] + 1)
             return False
         with contextlib.suppress(AotuiError):
-            self.writer.append(EventKind.SIGNAL, reasons=list(reasons) or [reason], apps=[])
+            self.writer.append(EventKind.SIGNAL, reasons=list(reasons) or [reason], apps=list(apps))
         return True
 
     def _changed(self, reason: str) -> None:

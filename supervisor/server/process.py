@@ -298,7 +298,7 @@ class Supervisor:
 
     def _publish(self, reason: str, reasons: tuple[str, ...], apps: Sequence[str] = ()) -> bool:
         """Send one signal now; False when a chaos run's signal_loss fault dropped it."""
-        if self.chaos is not None and not self.chaos.on_signal(reason, reasons):
+        if self.chaos is not None and not self.chaos.on_signal(reason, reasons, apps):
             return False
         signal_message = Signal(
             self.config.desktop,
