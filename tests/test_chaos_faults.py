@@ -159,7 +159,8 @@ def test_every_command_fault_is_injected_and_visible(notes_history: list[Any]) -
     # Signal lines name the apps their changes concern (they said "apps": [] always).
     states = {e.app for e in notes_history if isinstance(e, StateEvent)}
     named = {app for e in notes_history if isinstance(e, SignalEvent) for app in e.apps}
-    assert named and named <= states, (named, states)
+    assert named, named
+    assert named <= states, (named, states)
 
 
 @pytest.mark.timeout(180)
@@ -437,3 +438,41 @@ def test_disk_full_in_an_apps_grant(tmp_path: Path, small_grant: Path) -> None:
     assert fault.detail["bytes"] > 0
     assert not _reply_of_fault(events, fault).ok
     assert not (small_grant / ".aotui-chaos-filler").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_fault_never_stalls_the_open_of_a_closed_app(tmp_path: Path) -> None:
+    # Issue 24: with kill_worker firing on every command, opening a closed app took 5 s (the
+    # fault waited for a worker nobody was starting) and injected nothing.
+    plan = parse_plan(
+        {
+            "seed": 3,
+            "fault": [
+                {"type": "kill_worker", "when": "before_effect", "probability": 1.0},
+            ],
+        }
+    )
+    took: list[float] = []
+
+    def agent(env: dict[str, str]) -> int:
+        with Client(DESKTOP, env["AOTUI_SOCKET"], timeout_s=20.0) as client:
+            notes = next(a["app"] for a in client.status()["apps"] if a["id"] == "com.aotui.notes")
+            started = time.monotonic()
+            client.call("exec", text=f"<context>open --application {notes}</context>")
+            took.append(time.monotonic() - started)
+            with contextlib.suppress(AotuiError):  # killed before its effect: an error, or a rerun
+                client.call(
+                    "execute",
+                    app=notes,
+                    view="view_0",
+                    operation="add_note",
+                    args={"title": "t", "text": "x"},
+                )
+        return 0
+
+    result = ChaosRun(plan, agent, 60, workdir=tmp_path).run()
+    assert result.leftover_pids == ()
+    assert took[0] < 2.0, took  # 5.09 s before
+    events = list(load_history(result.history).events)
+    injected = [e for e in events if isinstance(e, FaultEvent) and e.phase is FaultPhase.INJECT]
+    assert len(injected) == 1  # on the execute, whose worker was there to kill

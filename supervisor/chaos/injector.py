@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from aotui.supervisor.server.process import Supervisor
     from aotui.supervisor.workers.handle import WorkerHandle
 
-__all__ = ["FaultInjector"]
+__all__ = ["ON_WORKER", "FaultInjector"]
 
 log = logging.getLogger("aotui.chaos")
 
@@ -42,8 +42,8 @@ log = logging.getLogger("aotui.chaos")
 HTTP_ARMED_S = 10.0
 #: Seconds a fault aimed at a worker waits for it (it may be restarting after the last fault).
 WORKER_WAIT_S = 5.0
-#: The faults aimed at a worker process.
-_ON_WORKER = frozenset({FaultType.KILL_WORKER, FaultType.FREEZE, FaultType.MEMORY_PRESSURE})
+#: The faults aimed at an app's worker process (they need one running).
+ON_WORKER = frozenset({FaultType.KILL_WORKER, FaultType.FREEZE, FaultType.MEMORY_PRESSURE})
 
 Fetch = Callable[..., HttpResponse]
 
@@ -119,7 +119,7 @@ class FaultInjector:
     ) -> None:
         """Cause one fault that fires before the command runs (a failure raises here)."""
         kind = spec.type
-        if kind in _ON_WORKER:
+        if kind in ON_WORKER:
             await self._serving(app)
         if kind is FaultType.KILL_WORKER and detail["when"] == "before_effect":
             self._kill(fid, spec, app, command, signal.SIGKILL, detail)

@@ -32,7 +32,7 @@ from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError
 from aotui.protocol.grammar import parse_commands
 from aotui.supervisor.chaos.history import EventKind, HistoryWriter, Source
-from aotui.supervisor.chaos.injector import FaultInjector
+from aotui.supervisor.chaos.injector import ON_WORKER, FaultInjector
 from aotui.supervisor.chaos.plan import FROM_RUNNER, FaultSpec, Plan, parse_plan
 from aotui.supervisor.chaos.views import Perturbation
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
@@ -321,6 +321,10 @@ class Nemesis(FaultInjector):
         for spec in self.faults:
             if not spec.matches(app.app_id, app.manifest.id, operation, command.view_id):
                 continue
+            if spec.type in ON_WORKER and not _worker_coming(app, command):
+                # Nothing to kill, freeze or fill: firing would only wait for a worker that no
+                # one starts (an open of a closed app stalled 5 s, with no fault injected).
+                continue
             count = self.matched[spec.fault_id] = self.matched.get(spec.fault_id, 0) + 1
             done = self.injected.get(spec.fault_id, 0)
             if spec.max is not None and done >= spec.max:
@@ -363,6 +367,18 @@ class Nemesis(FaultInjector):
             ):
                 del self.pending[app_id]
                 self._recovery(fid, app, started)
+
+
+def _worker_coming(app: AppRecord, command: Command) -> bool:
+    """Whether ``app`` has a worker, or one is on its way, when ``command`` runs."""
+    if command.action is Action.OPEN_APPLICATION:
+        return app.is_live  # an open of a closed app starts it itself: the fault has no target
+    return app.status in _WORKER_STATES
+
+
+_WORKER_STATES = frozenset(
+    {AppStatus.RUNNING, AppStatus.COLLAPSED, AppStatus.STARTING, AppStatus.RESTARTING}
+)
 
 
 def _parse(params: ExecParams | ExecuteParams) -> list[Command]:
