@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.supervisor.chaos.history import FaultEvent, FaultPhase, load_history
+from aotui.supervisor.chaos.history import (
+    ConfirmationEvent,
+    ConfirmVerdict,
+    FaultEvent,
+    FaultPhase,
+    Outcome,
+    ReplyEvent,
+    StateEvent,
+    load_history,
+)
 from aotui.supervisor.chaos.plan import parse_plan, plan_from_flags
 
 TESTS = Path(__file__).parent
@@ -408,3 +417,34 @@ def test_a_run_in_a_directory_of_its_own_leaves_only_its_history(tmp_path: Path)
         assert Path(summary["history"]).exists()
     assert left[False] == {"history.jsonl"}  # the desktop, store and logs are gone
     assert {"history.jsonl", "run", "home", "desktop.toml"} <= left[True]
+
+
+@pytest.mark.timeout(180)
+def test_the_random_agent_answers_confirmations_and_the_history_says_what_came_of_them(
+    tmp_path: Path,
+) -> None:
+    # Issue 24: a command that only got "waiting for the user" was recorded applied, and the
+    # random agent never answered, so confirm-marked operations were never exercised.
+    done = chaos_cli(
+        "app",
+        str(APPS / "vault"),
+        "--steps",
+        "60",
+        "--duration",
+        "40",
+        "--seed",
+        "2",
+        "--workdir",
+        str(tmp_path / "w"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = load_history(tmp_path / "w" / "history.jsonl").events
+    waiting = [e for e in events if isinstance(e, ReplyEvent) and e.outcome is Outcome.WAITING]
+    assert waiting
+    assert all(e.confirmation for e in waiting)
+    answered = [e for e in events if isinstance(e, ConfirmationEvent)]
+    assert {e.verdict for e in answered} >= {ConfirmVerdict.RAN, ConfirmVerdict.REFUSED}
+    assert {e.command for e in answered} <= {e.id for e in waiting}
+    ran = {e.command for e in answered if e.verdict is ConfirmVerdict.RAN}
+    acked = {e.command for e in events if isinstance(e, StateEvent) and e.command in ran}
+    assert acked == ran  # each confirmed run has its acknowledged state

@@ -51,6 +51,8 @@ class RandomAgent:
     ) -> None:
         self.manifest_id = manifest_id
         self.rng = random.Random(f"{seed}:agent")
+        #: Confirmations answered (as the user: confirmed or refused).
+        self.answered = 0
         self.steps = steps
         self.deadline_s = deadline_s
         self.pause_s = pause_s
@@ -164,8 +166,22 @@ class RandomAgent:
             method = "execute"
             params.update(command)
         try:
-            client.call(method, **params)
+            reply = client.call(method, **params)
         except DesktopUnavailable:
             raise
         except AotuiError:
-            pass  # an answer like any other: the history has it
+            return  # an answer like any other: the history has it
+        waiting = reply.get("waiting") if isinstance(reply, dict) else None
+        if waiting is not None:
+            self._answer(client, waiting)
+
+    def _answer(self, client: Client, waiting: dict[str, Any]) -> None:
+        """Be the user: confirm or refuse (seeded, half each) what waits for them."""
+        deny = self.rng.random() < 0.5
+        self.answered += 1
+        try:
+            client.call("confirm", confirmation=waiting["confirmation"], deny=deny)
+        except DesktopUnavailable:
+            raise
+        except AotuiError:
+            pass  # a refusal answers E_PERMISSION; a failure its error: the history has it

@@ -16,6 +16,8 @@ from aotui.protocol.errors import ErrorCode
 __all__ = [
     "EVENT_CLASSES",
     "CommandEvent",
+    "ConfirmVerdict",
+    "ConfirmationEvent",
     "Event",
     "EventKind",
     "FaultEvent",
@@ -60,6 +62,8 @@ class EventKind(enum.Enum):
     SIGNAL = "signal"
     #: A digest of what a client sees of one app.
     STATE = "state"
+    #: The user's answer to a command that waited for it, and what came of it.
+    CONFIRMATION = "confirmation"
     #: The supervisor's resource use at one moment.
     SAMPLE = "sample"
 
@@ -108,6 +112,8 @@ class Outcome(enum.Enum):
     NONE = "none"
     #: Not known (``E_TIMEOUT`` with an unknown outcome).
     UNKNOWN = "unknown"
+    #: Nothing ran yet: it waits for the user (its ``confirmation`` line says what came of it).
+    WAITING = "waiting"
 
 
 class FaultType(enum.Enum):
@@ -298,6 +304,8 @@ class ReplyEvent(Event):
     outcome: Outcome
     #: Per argument name, the value its ref resolved to when executed.
     resolved: dict[str, Any] = field(default_factory=dict)
+    #: Outcome waiting: the confirmation the command waits on (``C1``).
+    confirmation: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -375,6 +383,32 @@ class StateEvent(Event):
     fault: str | None = None
 
 
+class ConfirmVerdict(enum.Enum):
+    """What the user's answer did to a command that waited for it."""
+
+    #: Confirmed, and it ran: its effect is in the app's state from here on.
+    RAN = "ran"
+    #: Confirmed, and it failed: no effect.
+    FAILED = "failed"
+    #: Refused: it never runs.
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfirmationEvent(Event):
+    """The user's answer to a command that waited for it."""
+
+    KIND = EventKind.CONFIRMATION
+    #: The confirmation's id (``C1``).
+    confirmation: str
+    #: The command that waited (its ``command`` line's id).
+    command: str
+    #: The app it concerns.
+    app: str
+    #: What came of the answer.
+    verdict: ConfirmVerdict
+
+
 @dataclass(frozen=True, kw_only=True)
 class SampleEvent(Event):
     """The supervisor's resource use at one moment."""
@@ -401,5 +435,6 @@ EVENT_CLASSES: Mapping[EventKind, type[Event]] = {
         SignalEvent,
         StateEvent,
         SampleEvent,
+        ConfirmationEvent,
     )
 }

@@ -26,6 +26,8 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.chaos.events import (
     EVENT_CLASSES,
     CommandEvent,
+    ConfirmationEvent,
+    ConfirmVerdict,
     Event,
     EventKind,
     FaultEvent,
@@ -51,6 +53,8 @@ from aotui.supervisor.chaos.events import (
 
 __all__ = [
     "CommandEvent",
+    "ConfirmVerdict",
+    "ConfirmationEvent",
     "Event",
     "EventKind",
     "FaultEvent",

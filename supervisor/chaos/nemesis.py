@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from aotui.protocol.api import ExecParams, ExecuteParams, SayParams
+from aotui.protocol.api import ConfirmParams, ExecParams, ExecuteParams, SayParams
 from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError
 from aotui.protocol.grammar import parse_commands
@@ -122,6 +122,10 @@ class Nemesis(FaultInjector):
         self._execute = {name: supervisor.methods[name] for name in ("exec", "execute")}
         supervisor.methods["exec"] = supervisor.methods["execute"] = self.execute
         self._say = supervisor.methods["say"]
+        self._confirm = supervisor.methods["confirm"]
+        supervisor.methods["confirm"] = self.confirm
+        #: Confirmation id → (the command that waits on it, its app).
+        self.waiting: dict[str, tuple[str, str]] = {}
         # Each command of a message is acknowledged on its own: its app's state is taken when it
         # returns, since a later command of the same message may find that app restarting.
         self._run_command = self.desktop.run
@@ -190,9 +194,34 @@ class Nemesis(FaultInjector):
             raise
         finally:
             _current.reset(token)
-        self._reply(cid, None)
+        waiting = result.get("waiting") if isinstance(result, dict) else None
+        self._reply(cid, None, waiting)
         self._after(fired, first, app)
         return result
+
+    async def confirm(self, params: ConfirmParams) -> Any:
+        """The user's answer to a command that waited: record what came of it."""
+        waited = self.waiting.pop(params.confirmation, None)
+        try:
+            result = await self._confirm(params)
+        except AotuiError:
+            if waited is not None:
+                self._confirmed(params.confirmation, waited, "failed")
+            raise
+        if waited is not None:
+            verdict = "refused" if params.deny else "ran"
+            self._confirmed(params.confirmation, waited, verdict)
+        return result
+
+    def _confirmed(self, ident: str, waited: tuple[str, str], verdict: str) -> None:
+        cid, app_id = waited
+        app = next((a for a in self.desktop.apps if a.app_id == app_id), None)
+        if verdict == "ran" and app is not None and app.is_live and app.worker is not None:
+            self._state(app, "ack", command=cid)  # its effect is in the app from here on
+        with contextlib.suppress(AotuiError):
+            self.writer.append(
+                EventKind.CONFIRMATION, confirmation=ident, command=cid, app=app_id, verdict=verdict
+            )
 
     async def say(self, params: SayParams) -> Any:
         """The user's message changes an app too: its state after it is an acknowledged one."""
@@ -268,8 +297,23 @@ class Nemesis(FaultInjector):
         if cid is not None:
             self.resolved.setdefault(cid, {}).update(args)
 
-    def _reply(self, cid: str, error: AotuiError | None) -> None:
+    def _reply(
+        self, cid: str, error: AotuiError | None, waiting: dict[str, Any] | None = None
+    ) -> None:
         resolved = self.resolved.pop(cid, {})
+        if error is None and waiting is not None:
+            # Nothing ran: it waits for the user (the confirmation line says what came of it).
+            ident = str(waiting.get("confirmation", ""))
+            self.waiting[ident] = (cid, str(waiting.get("app", "")))
+            self._write(
+                EventKind.REPLY,
+                id=cid,
+                ok=True,
+                outcome="waiting",
+                confirmation=ident,
+                resolved=resolved,
+            )
+            return
         if error is None:
             self._write(EventKind.REPLY, id=cid, ok=True, outcome="applied", resolved=resolved)
             return

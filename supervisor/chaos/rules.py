@@ -16,6 +16,8 @@ from typing import Any, Generic, TypeVar
 
 from aotui.supervisor.chaos.history import (
     CommandEvent,
+    ConfirmationEvent,
+    ConfirmVerdict,
     Event,
     FaultEvent,
     FaultPhase,
@@ -161,6 +163,8 @@ class _Indexer:
     def __init__(self, run: IndexedRun) -> None:
         self.run = run
         self.acked_by_command: dict[str, StateEvent] = {}
+        #: The latest ack state of each command (a confirmed one's follows its confirmation).
+        self.last_ack: dict[str, StateEvent] = {}
         self.changes: list[tuple[str | None, Event]] = []
 
     def take(self, event: Event) -> None:
@@ -174,13 +178,17 @@ class _Indexer:
             self._state(event)
         elif isinstance(event, FaultEvent):
             self._fault(event)
+        elif isinstance(event, ConfirmationEvent):
+            if event.verdict is ConfirmVerdict.RAN:
+                # The command that waited ran now: its effect is in the run from its state on.
+                self.changes.append((event.app, self.last_ack.get(event.command, event)))
         elif isinstance(event, RunEvent) and event.phase is RunPhase.START:
             run.plan = event.plan
 
     def _reply(self, event: ReplyEvent) -> None:
         run = self.run
         run.replies[event.id].append(event)
-        if event.outcome is not Outcome.NONE:
+        if event.outcome not in (Outcome.NONE, Outcome.WAITING):
             # The supervisor records a command's ack state just before its reply: the effect is
             # in the run from that state on, not from the reply.
             self.changes.append((run.app_of(event), self.acked_by_command.get(event.id, event)))
@@ -196,6 +204,7 @@ class _Indexer:
             run.recovered[event.app].add(event)
         if event.basis is StateBasis.ACK and event.command is not None:
             self.acked_by_command.setdefault(event.command, event)
+            self.last_ack[event.command] = event
 
     def _fault(self, event: FaultEvent) -> None:
         run = self.run
