@@ -20,14 +20,14 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from aotui.protocol.api import ConfirmParams, ExecParams, ExecuteParams, SayParams
+from aotui.protocol.api import ConfirmParams, ExecParams, ExecuteParams, SayParams, SignalReason
 from aotui.protocol.commands import Action, Command
 from aotui.protocol.errors import AotuiError
 from aotui.protocol.grammar import parse_commands
@@ -37,6 +37,7 @@ from aotui.supervisor.chaos.plan import FROM_RUNNER, FaultSpec, Plan, parse_plan
 from aotui.supervisor.chaos.views import Perturbation
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
 from aotui.supervisor.desktop.snapshot import RefTable
+from aotui.supervisor.instrument import Fetch, Instrument, Run
 
 if TYPE_CHECKING:
     from aotui.supervisor.server.process import Supervisor
@@ -93,8 +94,11 @@ def attach(supervisor: Supervisor) -> Nemesis | None:
     return nemesis
 
 
-class Nemesis(FaultInjector):
-    """Records every command, reply, signal and state of one desktop; injects the plan."""
+class Nemesis(FaultInjector, Instrument):
+    """Records every command, reply, signal and state of one desktop; injects the plan.
+
+    The desktop's instrument (supervisor/instrument.py): it sees what the desktop consults it
+    on, and swaps nothing of the supervisor's."""
 
     def __init__(
         self, supervisor: Supervisor, plan: Plan, writer: HistoryWriter, generation: int = 0
@@ -114,28 +118,44 @@ class Nemesis(FaultInjector):
         self.masks: dict[tuple[str, str], Perturbation] = {}
         #: app_id → (fault id, inject time, the worker that was faulted).
         self.pending: dict[str, tuple[str, float, WorkerHandle | None]] = {}
-        self.resolved: dict[str, dict[str, Any]] = {}
+        self.resolutions: dict[str, dict[str, Any]] = {}
         self.http_armed: dict[str, tuple[str, dict[str, Any], float]] = {}
         self.signal_drop: tuple[str, float, int] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        # Both ways a command arrives: as text (exec) and by its fields (execute).
-        self._execute = {name: supervisor.methods[name] for name in ("exec", "execute")}
-        supervisor.methods["exec"] = supervisor.methods["execute"] = self.execute
-        self._say = supervisor.methods["say"]
-        self._confirm = supervisor.methods["confirm"]
-        supervisor.methods["confirm"] = self.confirm
         #: Confirmation id → (the command that waits on it, its app).
         self.waiting: dict[str, tuple[str, str]] = {}
-        # Each command of a message is acknowledged on its own: its app's state is taken when it
-        # returns, since a later command of the same message may find that app restarting.
-        self._run_command = self.desktop.run
-        self.desktop.run = self._run_one  # type: ignore[method-assign]
-        supervisor.methods["say"] = self.say
-        supervisor.change_listeners.append(self._changed)
         supervisor.services.append(self)
-        self.desktop.on_resolved = self._resolved
-        self.desktop.runner.http_fault = self._http
-        supervisor.chaos = self
+
+    # --- the instrument's hooks (supervisor/instrument.py) ----------------------------------------
+
+    async def client_call(
+        self, method: str, call: Any, handler: Callable[[Any], Awaitable[Any]]
+    ) -> Any:
+        """Every command (``exec``, ``execute``), user message and user answer is recorded."""
+        if method == "say":
+            return await self.say(call, handler)
+        if method == "confirm":
+            return await self.confirm(call, handler)
+        return await self.execute(call, handler)
+
+    async def command(
+        self, command: Command, refs: RefTable | None, deadline: float | None, run: Run
+    ) -> Any:
+        """Each command of a message is acknowledged on its own: its app's state is taken when
+        it returns, since a later command of the same message may find that app restarting."""
+        return await self._run_one(command, refs, deadline, run)
+
+    def resolved(self, command: Command, values: dict[str, Any]) -> None:
+        self._resolved(command, values)
+
+    def fetch(self, app: AppRecord, fetch: Fetch) -> Fetch:
+        return self._http(app, fetch)
+
+    def changed(self, reason: SignalReason) -> None:
+        self._changed(reason)
+
+    def signal(self, reason: str, reasons: Sequence[str], apps: Sequence[str]) -> bool:
+        return self.on_signal(reason, tuple(reasons), apps)
 
     async def start(self) -> None:
         """Begin sampling the supervisor's resources."""
@@ -175,7 +195,9 @@ class Nemesis(FaultInjector):
             if app.is_live and app.worker is not None:
                 self._state(app, "recovered", fault=fault_id)
 
-    async def execute(self, params: ExecParams | ExecuteParams) -> dict[str, Any]:
+    async def execute(
+        self, params: ExecParams | ExecuteParams, handler: Callable[[Any], Awaitable[Any]]
+    ) -> dict[str, Any]:
         """Record the command, inject what it fires, run it, record the reply and states."""
         cid = f"c{self.boot}-{next(self.ids)}"
         commands = _parse(params)
@@ -187,7 +209,7 @@ class Nemesis(FaultInjector):
         token = _current.set(cid)
         try:
             await self._before(fired, first, app)
-            result: dict[str, Any] = await self._execute[params.METHOD.name](params)
+            result: dict[str, Any] = await handler(params)
         except AotuiError as exc:
             self._reply(cid, exc)
             self._settled(cid, commands)
@@ -199,11 +221,11 @@ class Nemesis(FaultInjector):
         self._after(fired, first, app)
         return result
 
-    async def confirm(self, params: ConfirmParams) -> Any:
+    async def confirm(self, params: ConfirmParams, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """The user's answer to a command that waited: record what came of it."""
         waited = self.waiting.pop(params.confirmation, None)
         try:
-            result = await self._confirm(params)
+            result = await handler(params)
         except AotuiError:
             if waited is not None:
                 self._confirmed(params.confirmation, waited, "failed")
@@ -223,9 +245,9 @@ class Nemesis(FaultInjector):
                 EventKind.CONFIRMATION, confirmation=ident, command=cid, app=app_id, verdict=verdict
             )
 
-    async def say(self, params: SayParams) -> Any:
+    async def say(self, params: SayParams, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """The user's message changes an app too: its state after it is an acknowledged one."""
-        result = await self._say(params)
+        result = await handler(params)
         with contextlib.suppress(AotuiError):
             app = self.desktop.app(params.app or "system.chat")
             if app.is_live and app.worker is not None:
@@ -295,12 +317,12 @@ class Nemesis(FaultInjector):
         """The desktop resolved ``command``'s refs to ``args`` (called before the app runs it)."""
         cid = _current.get()
         if cid is not None:
-            self.resolved.setdefault(cid, {}).update(args)
+            self.resolutions.setdefault(cid, {}).update(args)
 
     def _reply(
         self, cid: str, error: AotuiError | None, waiting: dict[str, Any] | None = None
     ) -> None:
-        resolved = self.resolved.pop(cid, {})
+        resolved = self.resolutions.pop(cid, {})
         if error is None and waiting is not None:
             # Nothing ran: it waits for the user (the confirmation line says what came of it).
             ident = str(waiting.get("confirmation", ""))
@@ -333,10 +355,10 @@ class Nemesis(FaultInjector):
         )
 
     async def _run_one(
-        self, command: Command, refs: RefTable | None, deadline: float | None = None
+        self, command: Command, refs: RefTable | None, deadline: float | None, run: Run
     ) -> Any:
         """One command of a message, then (if it succeeded) its app's acknowledged state."""
-        result = await self._run_command(command, refs, deadline)
+        result = await run(command, refs, deadline)
         cid = _current.get()
         app = self._app_of(command)
         if cid is not None and app is not None and app.is_live and app.worker is not None:

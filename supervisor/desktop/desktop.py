@@ -48,6 +48,7 @@ from aotui.supervisor.desktop.snapshot_diff import SeenBlocks
 from aotui.supervisor.desktop.snapshot_pull import PullOptions, select
 from aotui.supervisor.desktop.system_log import SystemLog
 from aotui.supervisor.desktop.view_tree import ViewRecord
+from aotui.supervisor.instrument import Instrument
 from aotui.supervisor.manifest import Manifest, load_manifest, names_clash
 from aotui.supervisor.paths import DesktopPaths, app_log_dir
 from aotui.supervisor.server.registry import RefTableSharing, SnapshotRegistry
@@ -95,13 +96,19 @@ class Desktop:
         #: Block id (``app_0/view_3``) → when the agent last mounted it or executed in it: token
         #: budgets shorten the least recently touched first.
         self.touched: dict[str, float] = {}
-        #: Told each execute's arguments as resolved (a chaos run's nemesis), or None.
-        self.on_resolved: Callable[[Command, dict[str, Any]], None] | None = None
+        #: What observes the desktop's commands (supervisor/instrument.py; a chaos run's
+        #: nemesis), set with :meth:`instrument_with`.
+        self.instrument = Instrument()
         self.runner = AppRunner(config, paths, context, lambda: self.apps, self.log, on_change)
         # app_N ids follow install order and are never reused while the desktop lives.
         self.next_app = 0
         #: Operations waiting for the user's confirmation (seed 004; confirmations.py).
         self.confirmations = ConfirmationBook()
+
+    def instrument_with(self, instrument: Instrument) -> None:
+        """Have ``instrument`` observe this desktop's commands and its apps' HTTP requests."""
+        self.instrument = instrument
+        self.runner.http.instrument = instrument
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -395,8 +402,12 @@ class Desktop:
         """Run one parsed command; returns its result (``None`` for most).
 
         ``deadline`` (monotonic) bounds an execute or view command whole, a wait for its app's
-        restart included; by default it is ``operation_timeout_ms`` from now.
+        restart included; by default it is ``operation_timeout_ms`` from now. The instrument
+        sees each command (a chaos run takes the app's state when it returns).
         """
+        return await self.instrument.command(command, refs, deadline, self._run)
+
+    async def _run(self, command: Command, refs: RefTable | None, deadline: float | None) -> Any:
         self.require_writable()  # every command may change what is stored
         action = command.action
         if command.app_id is not None and (command.view_id or command.target):
@@ -477,8 +488,7 @@ class Desktop:
         rule = confirm_rule(self.config.policy, app, command.target)
         seen = (refs or {}).get((app.app_id, view_id), view)
         coerced = coerce_args(parse_arg_schema(spec.args), command.args, _resolver(seen, view_id))
-        if self.on_resolved is not None:  # a chaos run records what the refs resolved to
-            self.on_resolved(command, coerced.args)
+        self.instrument.resolved(command, coerced.args)  # a chaos run records them
         if spec.confirm or rule is not None:
             return await self._ask_user(
                 PendingConfirmation(

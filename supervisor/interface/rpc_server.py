@@ -334,7 +334,7 @@ class RpcServer:
             record = record.replace(**_reader(connection, record))
         if handler is None:
             raise AotuiError(ErrorCode.E_INTERNAL, f"method {call.method} has no handler")
-        return await handler(record)
+        return await self.supervisor.call(call.method, record)
 
     async def _acquire(self, connection: RpcConnection, call: AcquireParams) -> Any:
         """Take the desktop's lease for its owner; the connection keeps the token it gets."""

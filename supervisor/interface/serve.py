@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aotui.protocol.api import SnapshotFormat, SnapshotParams
@@ -29,6 +30,10 @@ async def serve_desktop(config: DesktopConfig, paths: DesktopPaths) -> None:
     supervisor.methods["snapshot"] = structured_snapshots(
         supervisor, supervisor.methods["snapshot"]
     )
+    if os.environ.get("AOTUI_CHAOS"):  # started by `aotui chaos run`: record and inject
+        from aotui.supervisor.chaos.nemesis import attach
+
+        supervisor.instrument_with = attach
     await supervisor.serve()
 
 

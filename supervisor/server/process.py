@@ -22,7 +22,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import psutil
 import zmq
@@ -41,6 +41,7 @@ from aotui.supervisor.desktop.confirmations import AwaitingUser, Outcome, Verdic
 from aotui.supervisor.desktop.desktop import Desktop
 from aotui.supervisor.desktop.snapshot import RefTable
 from aotui.supervisor.desktop.snapshot_pull import PullOptions
+from aotui.supervisor.instrument import INSTRUMENTED, Instrument
 from aotui.supervisor.paths import DesktopPaths, is_listening, unix_address
 from aotui.supervisor.server.client_queues import IN_FLIGHT, QUEUED, ClientQueues
 from aotui.supervisor.server.conn_guard import (
@@ -55,9 +56,6 @@ from aotui.supervisor.server.lease import InputLease
 from aotui.supervisor.server.memory import configure_allocator, trim_when_idle
 from aotui.supervisor.server.sessions import SessionTable, check_session_name
 from aotui.supervisor.server.throttle import SignalThrottle
-
-if TYPE_CHECKING:
-    from aotui.supervisor.chaos.nemesis import Nemesis
 
 __all__ = ["HANDLERS", "Supervisor"]
 
@@ -101,8 +99,11 @@ class Supervisor:
         self.change_listeners: list[Callable[[SignalReason], None]] = []
         #: Served beside the control socket while the desktop runs (added before ``serve``).
         self.services: list[Service] = []
-        #: A chaos run's nemesis (supervisor/chaos/nemesis.py), or None: off, it costs nothing.
-        self.chaos: Nemesis | None = None
+        #: What observes the desktop (supervisor/instrument.py): by default it only runs the work.
+        self.instrument = Instrument()
+        #: Makes the instrument once the desktop has started (the product layer's: a chaos run's
+        #: nemesis when ``aotui chaos run`` started this desktop), or None.
+        self.instrument_with: Callable[[Supervisor], Instrument | None] | None = None
         #: The handler of each declared control method (protocol/api.py) this class serves; the
         #: product layer adds the rest (serve.py) before :meth:`serve`, which checks none lacks.
         self.methods: dict[str, Method] = {
@@ -171,10 +172,10 @@ class Supervisor:
         tasks: list[asyncio.Task[None]] = []
         try:
             await self.desktop.start()
-            if os.environ.get("AOTUI_CHAOS"):  # started by `aotui chaos run`: record and inject
-                from aotui.supervisor.chaos.nemesis import attach
-
-                attach(self)
+            made = self.instrument_with(self) if self.instrument_with is not None else None
+            if made is not None:
+                self.instrument = made
+                self.desktop.instrument_with(made)
             self.paths.pidfile.write_text(f"{os.getpid()}\n")
             guard = ConnectionGuard(
                 self.control,
@@ -264,7 +265,7 @@ class Supervisor:
                 # The connection asking, which no request can name for itself (budgets).
                 params["peer"] = f"control:{identity.hex()}"
             call = declared.parse(params, Face.CONTROL)
-            reply: Reply | ErrorReply = Reply(request_id, await handler(call))
+            reply: Reply | ErrorReply = Reply(request_id, await self.call(request.method, call))
         except AotuiError as exc:
             reply = ErrorReply(request_id, exc.code.value, exc.message, exc.data)
         except Exception as exc:  # noqa: BLE001 - a bug of ours: logged, answered E_INTERNAL
@@ -281,6 +282,13 @@ class Supervisor:
         with contextlib.suppress(zmq.ZMQError):
             await self.control.send_multipart([identity, encoded], copy=False)
 
+    async def call(self, method: str, call: Any) -> Any:
+        """Run ``method``'s handler with its checked params (every face comes through here)."""
+        handler = self.methods[method]
+        if method in INSTRUMENTED:
+            return await self.instrument.client_call(method, call, handler)
+        return await handler(call)
+
     # --- signals --------------------------------------------------------------------------------
 
     def changed(self, reason: SignalReason, app: str | None = None) -> None:
@@ -288,6 +296,7 @@ class Supervisor:
         for the trailing edge."""
         for listener in self.change_listeners:
             listener(reason)
+        self.instrument.changed(reason)
         burst = self.throttle.offer(reason)
         if burst is not None:  # nothing was held: this change is the signal's only one
             self._publish(*burst, apps=[app] if app is not None else [])
@@ -297,8 +306,8 @@ class Supervisor:
             self.signal_wake.set()
 
     def _publish(self, reason: str, reasons: tuple[str, ...], apps: Sequence[str] = ()) -> bool:
-        """Send one signal now; False when a chaos run's signal_loss fault dropped it."""
-        if self.chaos is not None and not self.chaos.on_signal(reason, reasons, apps):
+        """Send one signal now; False when the instrument dropped it (a chaos signal_loss)."""
+        if not self.instrument.signal(reason, reasons, apps):
             return False
         signal_message = Signal(
             self.config.desktop,

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import zmq
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import HttpCall, HttpResult
 from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.instrument import Instrument
 from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.handle import WorkerHandle
 from aotui.supervisor.workers.host import RunnerHost
@@ -39,8 +38,8 @@ class HttpCalls:
         self.host = host
         self._pool: ThreadPoolExecutor | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Bends an app's brokered fetch (a chaos run's http_fault), or None.
-        self.fault: Callable[[AppRecord, Callable[..., Any]], Callable[..., Any]] | None = None
+        #: Sees (and may bend) each brokered fetch (a chaos run's http_fault).
+        self.instrument = Instrument()
 
     @property
     def pool(self) -> ThreadPoolExecutor:
@@ -77,7 +76,7 @@ class HttpCalls:
                     # queued is neither performed nor reported; nobody could read the answer.
                     return
                 loop = asyncio.get_running_loop()
-                fetcher = fetch if self.fault is None else self.fault(app, fetch)
+                fetcher = self.instrument.fetch(app, fetch)
                 response = await loop.run_in_executor(self.pool, fetcher, request, policy)
             result = HttpResult(call.call_id, response=response)
         except AotuiError as exc:

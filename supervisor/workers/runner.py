@@ -20,7 +20,6 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import zmq.asyncio
 
@@ -90,17 +89,6 @@ class AppRunner:
     def http_pool(self) -> ThreadPoolExecutor:
         """The brokered HTTP threads."""
         return self.http.pool
-
-    @property
-    def http_fault(self) -> Callable[[AppRecord, Callable[..., Any]], Callable[..., Any]] | None:
-        """Bends an app's brokered fetch (a chaos run's http_fault), or None."""
-        return self.http.fault
-
-    @http_fault.setter
-    def http_fault(
-        self, fault: Callable[[AppRecord, Callable[..., Any]], Callable[..., Any]] | None
-    ) -> None:
-        self.http.fault = fault
 
     def start(self) -> None:
         """Start the zygote and the background loops."""
