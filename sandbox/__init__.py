@@ -13,6 +13,8 @@
   (``python -m aotui.sandbox.probe``). See ``docs/sandbox.md``.
 - :mod:`sandbox.browser` and :mod:`sandbox.cdp` — a headless Chromium inside a worker's
   confinement, driven over ``--remote-debugging-pipe`` (the start of web apps, issue 22).
+- :mod:`sandbox.webmcp` — a page's WebMCP tools as operations of its views; ``webmcp_schema``
+  maps their JSON Schema onto the args grammar.
 """
 
 # Exports load on first use (protocol/lazy.py): `aotui status` and every worker import one

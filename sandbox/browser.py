@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 from aotui.sandbox.cdp import CDPFailure, Pipe
+from aotui.sandbox.webmcp import ENABLE_FLAG as WEBMCP_FLAG
 
 __all__ = [
     "CANDIDATES",
@@ -73,6 +74,9 @@ _FLAGS = (
     "--password-store=basic",
     "--use-mock-keychain",
     "--mute-audio",
+    # document.modelContext and the CDP WebMCP domain (sandbox/webmcp.py); the only
+    # --enable-features: Chromium keeps the last of several, so add features here.
+    WEBMCP_FLAG,
 )
 _START_S = 20.0
 #: The fewest tasks (processes and threads: ``RLIMIT_NPROC`` counts both) the browser runs one
