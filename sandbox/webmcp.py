@@ -23,9 +23,10 @@ the operation's result; an error, a cancel or no answer in time is a typed :clas
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from markupsafe import Markup
@@ -57,6 +58,8 @@ _VIEW_OF = """function () {
   }
   return {first: key(first), forms};
 }"""
+#: An operation the view's markup declares itself (``operation="send"``, any quoting).
+_DECLARED = re.compile(r"""\soperation\s*=\s*["']?([A-Za-z_][A-Za-z0-9_]*)""")
 _SUBMIT = """function () {
   if (!this.checkValidity()) {
     const bad = [...this.elements].find((el) => el.willValidate && !el.checkValidity());
@@ -81,6 +84,8 @@ class PageTools:
         self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
         #: op id → view key (``None``: the page has no view root); recomputed after a change.
         self._placement: dict[str, str | None] | None = None
+        #: view key → the tools its last render showed.
+        self._offered: dict[str | None, frozenset[str]] = {}
         #: Whether the browser has the WebMCP domain (``False``: an older or unflagged browser).
         self.available = False
 
@@ -175,14 +180,17 @@ class PageTools:
         value = reply.get("result", {}).get("value")
         return value if isinstance(value, dict) else {}
 
-    def operations_html(self, key: str | None) -> Markup:
+    def operations_html(self, key: str | None, taken: Iterable[str] = ()) -> Markup:
         """The operation elements of the tools of view ``key`` (``None``: the page's generic
-        view), for the one renderer; every value is escaped by :class:`Markup`."""
-        place = self.placement()
+        view) but those whose id is in ``taken``, for the one renderer; every value is escaped
+        by :class:`Markup`. Remembered as what :meth:`offers` answers for ``key``."""
+        place, skip = self.placement(), set(taken)
+        offered: set[str] = set()
         out = Markup()
         for tool in self._tools.values():
-            if place.get(tool.op_id, None) != key:
+            if place.get(tool.op_id, None) != key or tool.op_id in skip:
                 continue
+            offered.add(tool.op_id)
             out += Markup('<button operation="{}" description="{}"{}{}>{}</button>').format(
                 tool.op_id,
                 tool.description,
@@ -190,15 +198,22 @@ class PageTools:
                 Markup(" confirm") if tool.confirm else "",
                 tool.label,
             )
+        self._offered[key] = frozenset(offered)
         return out
 
     def decorate(self, html: str, key: str | None) -> str:
-        """A view root's ``outerHTML`` with its tools' operations added inside the root."""
-        extra = str(self.operations_html(key))  # str: Markup + str would escape the page's HTML
+        """A view root's ``outerHTML`` with its tools' operations added inside the root; an
+        operation the markup already declares is the page's own and hides a tool of its id."""
+        taken = {m.group(1) for m in _DECLARED.finditer(html)}
+        extra = str(self.operations_html(key, taken))  # str: Markup + str would escape the HTML
         if not extra:
             return html
         end = html.rfind("</")
         return html + extra if end < 0 else html[:end] + extra + html[end:]
+
+    def offers(self, key: str | None, op_id: str) -> bool:
+        """Whether view ``key``, as last rendered, shows tool ``op_id`` (not a page's own)."""
+        return op_id in self._offered.get(key, ())
 
     # --- running --------------------------------------------------------------------------
 

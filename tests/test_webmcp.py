@@ -313,3 +313,19 @@ def test_names_and_schemas_map_onto_the_args_grammar() -> None:
     for raw in refused:
         with pytest.raises(ToolRefused):
             map_tool(raw)
+
+
+def test_an_operation_the_markup_declares_hides_the_tool_of_its_id(page: Page) -> None:
+    page.load(
+        "<html><body><main view='Board'><button operation='tag'>Mine</button></main>"
+        "<script>for (const name of ['tag', 'sort']) document.modelContext.registerTool("
+        "{name, description: name, execute: () => name})</script>"
+    )
+    root = page.js("document.querySelector('[view]').outerHTML")
+    board = render_view(page.tools.decorate(root, "Board"))
+    assert [op.op_id for op in board.operations] == ["tag", "sort"]
+    assert board.operations[0].label == "Mine"  # the page's own, dispatched to the page
+    assert not page.tools.offers("Board", "tag")
+    assert page.tools.offers("Board", "sort")
+    assert not page.tools.offers("Other", "sort")
+    assert not page.tools.offers(None, "sort")
