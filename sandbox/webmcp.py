@@ -58,6 +58,7 @@ _VIEW_OF = """function () {
   }
   return {first: key(first), forms};
 }"""
+_WORLD = "aotui-webmcp"
 #: An operation the view's markup declares itself (``operation="send"``, any quoting).
 _DECLARED = re.compile(r"""\soperation\s*=\s*["']?([A-Za-z_][A-Za-z0-9_]*)""")
 _SUBMIT = """function () {
@@ -84,6 +85,8 @@ class PageTools:
         self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
         #: op id → view key (``None``: the page has no view root); recomputed after a change.
         self._placement: dict[str, str | None] | None = None
+        #: This runtime's isolated world in the current document (``None``: not made yet).
+        self._world: int | None = None
         #: view key → the tools its last render showed.
         self._offered: dict[str | None, frozenset[str]] = {}
         #: Whether the browser has the WebMCP domain (``False``: an older or unflagged browser).
@@ -123,6 +126,7 @@ class PageTools:
             frame = params.get("frame")
             frame = frame if isinstance(frame, Mapping) else {}
             main = "parentId" not in frame
+            self._world = None if main else self._world
             for ident in [i for i in self._tools if main or i[0] == frame.get("id")]:
                 del self._tools[ident]
         else:
@@ -172,13 +176,39 @@ class PageTools:
         return self._placement
 
     def _evaluate_view_of(self) -> dict[str, Any]:
-        reply = self.pipe.call(
-            "Runtime.evaluate",
-            {"expression": f"({_VIEW_OF})()", "returnByValue": True},
-            session=self.session,
+        value = self._in_world(
+            lambda world: self.pipe.call(
+                "Runtime.evaluate",
+                {"expression": f"({_VIEW_OF})()", "returnByValue": True, "contextId": world},
+                session=self.session,
+            )
         )
-        value = reply.get("result", {}).get("value")
         return value if isinstance(value, dict) else {}
+
+    def _in_world(self, call: Callable[[int], dict[str, Any]]) -> Any:
+        """``call(context id)`` in this runtime's isolated world of the page (made once per
+        document): the page's own scripts cannot patch the DOM methods it uses there. The
+        returned value, or ``None`` when the page threw."""
+        for attempt in (0, 1):
+            if self._world is None:
+                tree = self.pipe.call("Page.getFrameTree", session=self.session)
+                made = self.pipe.call(
+                    "Page.createIsolatedWorld",
+                    {"frameId": tree["frameTree"]["frame"]["id"], "worldName": _WORLD},
+                    session=self.session,
+                )
+                self._world = int(made["executionContextId"])
+            try:
+                reply = call(self._world)
+            except CDPError:
+                if attempt:
+                    raise
+                self._world = None  # the document it was made in is gone: make another
+                continue
+            if "exceptionDetails" in reply:
+                return None
+            return reply.get("result", {}).get("value")
+        return None  # pragma: no cover - the loop returns or raises
 
     def operations_html(self, key: str | None, taken: Iterable[str] = ()) -> Markup:
         """The operation elements of the tools of view ``key`` (``None``: the page's generic
@@ -265,11 +295,14 @@ class PageTools:
 
     def _submit(self, tool: WebTool, invocation: str) -> None:
         """Submit the form the browser has just filled (the agent's click on its button)."""
-        try:
+
+        def submit(world: int) -> dict[str, Any]:
             node = self.pipe.call(
-                "DOM.resolveNode", {"backendNodeId": tool.node}, session=self.session
+                "DOM.resolveNode",
+                {"backendNodeId": tool.node, "executionContextId": world},
+                session=self.session,
             )
-            reply = self.pipe.call(
+            return self.pipe.call(
                 "Runtime.callFunctionOn",
                 {
                     "objectId": node["object"]["objectId"],
@@ -278,6 +311,9 @@ class PageTools:
                 },
                 session=self.session,
             )
+
+        try:
+            invalid = self._in_world(submit)
         except (CDPError, KeyError, TypeError):
             self._cancel(invocation)
             raise AotuiError(
@@ -285,7 +321,13 @@ class PageTools:
                 f"the form of tool {tool.op_id} is gone; pull a new snapshot",
                 {"operation": tool.op_id},
             ) from None
-        invalid = reply.get("result", {}).get("value")
+        if invalid is None:  # it threw: the form cannot be submitted
+            self._cancel(invocation)
+            raise AotuiError(
+                ErrorCode.E_APP_ERROR,
+                f"the form of tool {tool.op_id} could not be submitted",
+                {"operation": tool.op_id},
+            )
         if invalid:
             self._cancel(invocation)
             raise AotuiError(

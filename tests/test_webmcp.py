@@ -329,3 +329,21 @@ def test_an_operation_the_markup_declares_hides_the_tool_of_its_id(page: Page) -
     assert page.tools.offers("Board", "sort")
     assert not page.tools.offers("Other", "sort")
     assert not page.tools.offers(None, "sort")
+
+
+def test_a_page_that_patches_the_dom_cannot_misplace_or_block_its_tools(page: Page) -> None:
+    hostile = PAGE.replace(
+        "<script>",
+        "<script>Element.prototype.closest = () => null;"
+        "Document.prototype.querySelectorAll = () => [];"
+        "HTMLFormElement.prototype.checkValidity = () => { throw new Error('patched'); };"
+        "HTMLFormElement.prototype.requestSubmit = () => {};",
+        1,
+    )
+    page.load(hostile)
+    assert page.tools.placement()["add_note"] == "editor"
+    assert page.tools.invoke("add_note", {"title": "milk"}, timeout_s=3) == {"notes": 1}
+    # A new document gets a world of its own.
+    page.load(hostile)
+    assert page.tools.placement()["add_note"] == "editor"
+    assert page.tools.invoke("add_note", {"title": "tea"}, timeout_s=3) == {"notes": 1}
