@@ -347,3 +347,27 @@ def test_a_page_that_patches_the_dom_cannot_misplace_or_block_its_tools(page: Pa
     page.load(hostile)
     assert page.tools.placement()["add_note"] == "editor"
     assert page.tools.invoke("add_note", {"title": "tea"}, timeout_s=3) == {"notes": 1}
+
+
+def test_the_webmcp_only_page_offers_its_tools_on_the_generic_view(page: Page) -> None:
+    app = Path(__file__).parent / "apps" / "webmcp_page"
+    page.load((app / "index.html").read_text())
+    tools = page.tools
+    assert {t.op_id: t.confirm for t in tools.tools()} == {
+        "find_item": False, "clear_list": True, "add_item": False, "remove_item": False
+    }  # fmt: skip
+    assert set(tools.placement().values()) == {None}  # no view root: the generic view's
+    view = render_view(f"<main view='Pantry'>{tools.operations_html(None)}</main>").markdown
+    assert "- [Add Item](operation:add_item)\n    - Description: Add an item" in view
+    assert "        - name: string\n        - quantity?: integer" in view
+    assert tools.invoke("add_item", {"name": "milk"})["content"][0]["text"] == "milk: 1"
+    assert tools.invoke("add_item", {"name": "milk", "quantity": 2})["content"][0]["text"] == (
+        "milk: 3"
+    )
+    tools.invoke("add_item", {"name": "oat milk"})
+    assert tools.invoke("find_item", {"text": "milk"}) == ["milk", "oat milk"]
+    assert page.js("document.getElementById('found').textContent") == "Found: milk, oat milk"
+    with pytest.raises(AotuiError, match="tool remove_item failed: Error: tea is not on the list"):
+        tools.invoke("remove_item", {"name": "tea"})
+    assert tools.invoke("clear_list", {}) == "cleared"
+    assert page.js("localStorage.getItem('items')") == "[]"
