@@ -31,6 +31,8 @@ __all__ = ["ToolArg", "ToolRefused", "WebTool", "check_input", "map_tool"]
 MAX_SCHEMA_CHARS = 16 * 1024
 #: The most arguments one tool may declare.
 MAX_ARGS = 32
+#: The longest tool or argument name.
+MAX_NAME = 64
 #: The longest description (the tool's own plus the parameters' hints).
 MAX_DESCRIPTION = 800
 _NOT_OP = re.compile(r"[^A-Za-z0-9_]+")
@@ -104,30 +106,8 @@ def map_tool(raw: Mapping[str, Any]) -> WebTool:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ToolRefused("it has no name")
-    op_id = _NOT_OP.sub("_", name.strip()).strip("_")
-    if not op_id:
-        raise ToolRefused("its name has no letter or digit")
-    op_id = op_id if not op_id[0].isdigit() else "_" + op_id
-    schema = raw.get("inputSchema") or {}
-    if not isinstance(schema, Mapping):
-        raise ToolRefused("its inputSchema is not an object")
-    if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
-        raise ToolRefused(f"its inputSchema is over {MAX_SCHEMA_CHARS} characters")
-    properties = schema.get("properties") or {}
-    required = schema.get("required") or []
-    if not isinstance(properties, Mapping) or not isinstance(required, list):
-        raise ToolRefused("its inputSchema's properties or required is malformed")
-    if len(properties) > MAX_ARGS:
-        raise ToolRefused(f"it takes {len(properties)} arguments; at most {MAX_ARGS} are offered")
-    args: list[ToolArg] = []
-    for prop, spec in properties.items():
-        spec = spec if isinstance(spec, Mapping) else {}
-        arg_name = _NOT_ARG.sub("_", str(prop).strip()).strip("_") or "_"
-        arg_name = arg_name if not arg_name[0].isdigit() else "_" + arg_name
-        if any(a.name == arg_name for a in args):
-            raise ToolRefused(f"two of its arguments are both spelled {arg_name}")
-        kind, carried = _arg_type(spec)
-        args.append(ToolArg(arg_name, str(prop), kind, prop not in required, spec, carried))
+    op_id = _spelled(name, _NOT_OP, "its name")
+    args = _arguments(raw.get("inputSchema") or {})
     annotations = raw.get("annotations")
     annotations = annotations if isinstance(annotations, Mapping) else {}
     node = raw.get("backendNodeId")
@@ -147,10 +127,43 @@ def map_tool(raw: Mapping[str, Any]) -> WebTool:
         description=description,
         frame_id=str(raw.get("frameId") or ""),
         node=node,
-        args=tuple(args),
+        args=args,
         confirm=(node is not None and not autosubmit) or bool(annotations.get("consequential")),
         autosubmit=autosubmit,
     )
+
+
+def _spelled(name: str, outside: re.Pattern[str], what: str) -> str:
+    """``name`` as an aotui name: runs of other characters become ``_``, never a leading digit."""
+    if len(name) > MAX_NAME:
+        raise ToolRefused(f"{what} is over {MAX_NAME} characters")
+    spelled = outside.sub("_", name.strip()).strip("_")
+    if not spelled:
+        raise ToolRefused(f"{what} has no letter or digit")
+    return spelled if not spelled[0].isdigit() else "_" + spelled
+
+
+def _arguments(schema: Any) -> tuple[ToolArg, ...]:
+    """The arguments of an ``inputSchema``, in its order."""
+    if not isinstance(schema, Mapping):
+        raise ToolRefused("its inputSchema is not an object")
+    if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
+        raise ToolRefused(f"its inputSchema is over {MAX_SCHEMA_CHARS} characters")
+    properties = schema.get("properties") or {}
+    required = schema.get("required") or []
+    if not isinstance(properties, Mapping) or not isinstance(required, list):
+        raise ToolRefused("its inputSchema's properties or required is malformed")
+    if len(properties) > MAX_ARGS:
+        raise ToolRefused(f"it takes {len(properties)} arguments; at most {MAX_ARGS} are offered")
+    args: list[ToolArg] = []
+    for prop, spec in properties.items():
+        spec = spec if isinstance(spec, Mapping) else {}
+        arg_name = _spelled(str(prop), _NOT_ARG, f"argument {str(prop)[:20]!r}")
+        if any(a.name == arg_name for a in args):
+            raise ToolRefused(f"two of its arguments are both spelled {arg_name}")
+        kind, carried = _arg_type(spec)
+        args.append(ToolArg(arg_name, str(prop), kind, prop not in required, spec, carried))
+    return tuple(args)
 
 
 def _choices(spec: Mapping[str, Any]) -> list[Any] | None:

@@ -305,6 +305,8 @@ def test_names_and_schemas_map_onto_the_args_grammar() -> None:
     refused: list[dict[str, Any]] = [
         {"name": "", "frameId": "F"},
         {"name": "--", "frameId": "F"},
+        {"name": "t" * 65, "frameId": "F"},
+        {"name": "t", "inputSchema": {"properties": {"p" * 65: {}}}},
         {"name": "t", "inputSchema": {"properties": {"a b": {}, "a_b": {}}}},
         {"name": "t", "inputSchema": {"properties": {f"p{i}": {} for i in range(40)}}},
         {"name": "t", "inputSchema": {"properties": {"p": {"description": "x" * 20_000}}}},
