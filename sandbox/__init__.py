@@ -2,7 +2,8 @@
 
 - :mod:`sandbox.render` — ``render_view``: semantic HTML → Markdown, refs, operations, links;
   ``markdown``, ``flow``, ``marks``, ``controls``, ``tables`` and ``parsing`` are its parts.
-- :mod:`sandbox.sdk` — what app authors import: ``App``, ``View``, ``operation``, ``OperationCall``.
+- :mod:`sandbox.sdk` — what app authors import: ``App``, ``View``, ``operation``, ``OperationCall``;
+  ``stored_data`` is ``App.stored``, the app's data that records its own writes.
 - :mod:`sandbox.worker` — the worker process's loop (one per running app).
 - :mod:`sandbox.zygote` — the pre-loaded process that forks workers; ``warm_up`` is what it
   runs once before forking, so that every worker shares what that builds.

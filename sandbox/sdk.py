@@ -5,11 +5,13 @@ name ``app``. Its views are :class:`View` subclasses, typed by their app (``View
 ``template`` (Jinja2, autoescaped; :mod:`sandbox.templates`) renders HTML marked as CONTRACT §3
 describes. Operations are view methods decorated with :func:`operation`: the method's name,
 docstring and typed signature declare the operation once, and :meth:`View.button` writes its
-markup (:mod:`sandbox.operations`). After every operation, timer or callback the worker re-renders
-the mounted views whose :meth:`View.inputs` changed (all of them, for a view that does not say)
-and sends the supervisor only those that changed, so handlers just change state — there is
-nothing to "refresh". :meth:`App.state_inputs` does the same for the stored data, and
-:meth:`View.cached` for one item of a list (its HTML reused while its inputs are the same).
+markup (:mod:`sandbox.operations`). What must survive a restart goes in :attr:`App.stored`
+(:mod:`sandbox.stored_data`), which records its own writes: the worker stores the keys an
+operation wrote with its acknowledgement, and re-renders a mounted view only when what it read of
+them changed (a view that read none of it, or whose :meth:`View.inputs` says ``None``, after every
+operation, timer and callback); it sends the supervisor only the views that changed, so handlers
+just change state — there is nothing to "refresh" or to save. :meth:`View.cached` reuses one item
+of a list (its HTML kept while its inputs are the same).
 
 See ``docs/apps.md`` for a tutorial.
 """
@@ -34,9 +36,20 @@ from aotui.sandbox.operations import (
     marked_handlers,
     operation,
 )
+from aotui.sandbox.stored_data import StoredData
 from aotui.sandbox.templates import attributes, json_value, render_template
 
-__all__ = ["App", "HttpReply", "Markup", "OperationCall", "Ref", "Timer", "View", "operation"]
+__all__ = [
+    "App",
+    "HttpReply",
+    "Markup",
+    "OperationCall",
+    "Ref",
+    "StoredData",
+    "Timer",
+    "View",
+    "operation",
+]
 
 AppT = TypeVar("AppT", bound="App")
 ViewT = TypeVar("ViewT", bound="View[Any]")
@@ -95,6 +108,8 @@ class View(Generic[AppT]):
         # view.cached(): the blocks the last render used, and those this render has so far.
         self._aotui_blocks: dict[Hashable, tuple[Hashable, Markup]] = {}
         self._aotui_fresh: dict[Hashable, tuple[Hashable, Markup]] | None = None
+        # What the last render read of App.stored: the keys, and whether it iterated them.
+        self._aotui_read: tuple[frozenset[str], bool] | None = None
 
     @property
     def app(self) -> AppT:
@@ -117,11 +132,17 @@ class View(Generic[AppT]):
         """A cheap value that changes whenever what this view shows changes.
 
         The worker re-renders a mounted view only when its inputs differ from those of its last
-        render (compared with ``==``), so return something small — a counter the app bumps, a
-        tuple of them — never the data itself. ``None`` (the default) means "unknown": the view
-        is re-rendered after every operation, timer and callback.
+        render (compared with ``==``). By default they are what the last render read of
+        :attr:`App.stored` (each key's version; the keys' count if it iterated them), so a view
+        showing stored data only needs nothing here. ``None`` means "unknown": the view is
+        re-rendered after every operation, timer and callback — the default for a view that read
+        nothing stored. Override it for a view that shows state kept elsewhere, or to say it
+        more cheaply; return something small, never the data itself.
         """
-        return None
+        read = self._aotui_read
+        if read is None or not (read[0] or read[1]):
+            return None
+        return self.app.stored.versions(*read)
 
     def render(self) -> str:
         """This view's HTML; the root element carries ``view="Name"``. Must not change state."""
@@ -131,10 +152,13 @@ class View(Generic[AppT]):
             )
         fresh: dict[Hashable, tuple[Hashable, Markup]] = {}
         self._aotui_fresh = fresh
+        stored = self.app.stored
+        stored.begin_reads()
         try:
             html = render_template(self.template, {**self.context(), "view": self, "app": self.app})
         finally:
             self._aotui_fresh = None
+            self._aotui_read = stored.end_reads()
         # Keep what this render used: the blocks of items no longer shown are forgotten.
         self._aotui_blocks = fresh
         return html
@@ -272,6 +296,9 @@ class App:
         self._posted: list[Callable[[], Any]] = []
         self._posted_lock = threading.Lock()
         self._aotui_changed: set[str] = set()
+        #: The app's data that survives restarts: write it, and it is stored (see
+        #: :mod:`sandbox.stored_data`). The desktop's copy is loaded before :meth:`on_start`.
+        self.stored = StoredData(self._aotui_changed)
         #: Set by the worker: called (from any thread) to wake its loop after :meth:`call_soon`.
         self.wakeup: Callable[[], None] = lambda: None
         #: Set by the worker: sends a line to the desktop's System Logs.
@@ -286,17 +313,20 @@ class App:
         raise NotImplementedError(f"{type(self).__name__}.roots() must return the root views")
 
     def serialize(self) -> Any:
-        """The app's data as plain msgpack-able values; restored by :meth:`restore`."""
-        return None
+        """The app's data as plain msgpack-able values; restored by :meth:`restore`.
+
+        Low level: by default it is :attr:`stored`, which needs none of these hooks.
+        """
+        return self.stored.whole() if self.stored.used else None
 
     def serialize_part(self, part: str) -> Any:
         """For keyed data: the value of one part of :meth:`serialize`'s dict (``None``: gone).
 
-        An app that defines it returns a dict of parts from :meth:`serialize` and calls
-        :meth:`changed` with the parts an operation changes: after the first operation of a
-        run, only those are serialized, sent and stored.
+        Low level (by default, a key of :attr:`stored`). An app that defines it and its own
+        :meth:`serialize` returns a dict of parts and calls :meth:`changed` with the parts an
+        operation changes: after the first operation of a run, only those are sent and stored.
         """
-        raise NotImplementedError
+        return self.stored.part(part)
 
     def state_inputs(self) -> Hashable:
         """A cheap value that changes whenever what :meth:`serialize` returns changes.
@@ -308,7 +338,12 @@ class App:
         return None
 
     def restore(self, data: Any) -> None:
-        """Rebuild state from what :meth:`serialize` returned before a restart."""
+        """Rebuild state from what :meth:`serialize` returned before a restart.
+
+        Low level: by default the stored data is loaded into :attr:`stored`.
+        """
+        if self.stores_data() and isinstance(data, dict):
+            self.stored.load(data)
 
     def resolve_view(self, key: str) -> View[Any] | None:
         """Create the view for ``key`` on demand (e.g. after a restart); ``None`` if unknown."""
@@ -318,8 +353,17 @@ class App:
         """Called once after restore, before the first render; start timers here."""
 
     def handle_event(self, call: OperationCall) -> Any:
-        """An event from outside the agent's view (``aotui say`` posts ``user_message``)."""
-        raise LookupError(f"{type(self).__name__} does not accept event {call.operation!r}")
+        """An event from outside the agent's view: the app's own ``@operation`` of that name.
+
+        The desktop posts them, never an agent (``aotui say`` posts ``user_message`` with its
+        ``text``); an app method declared with :func:`operation` receives one typed, as a view's
+        operation does.
+        """
+        attr = marked_handlers(type(self)).get(call.operation)
+        definition = declared_operations(type(self)).get(call.operation)
+        if attr is None or definition is None or definition.legacy:
+            raise LookupError(f"{type(self).__name__} does not accept event {call.operation!r}")
+        return getattr(self, attr)(**definition.arguments(call.args, call.stable_keys))
 
     # --- services for the app (final: an override would break the worker's use of them) ---------
 
@@ -330,8 +374,13 @@ class App:
 
     @final
     def keyed(self) -> bool:
-        """Whether the app's data is keyed: it defines :meth:`serialize_part`."""
-        return type(self).serialize_part is not App.serialize_part
+        """Whether the app's data is keyed: :attr:`stored`, or its own :meth:`serialize_part`."""
+        return self.stores_data() or type(self).serialize_part is not App.serialize_part
+
+    @final
+    def stores_data(self) -> bool:
+        """Whether the app's data is :attr:`stored` (it does not serialize its own)."""
+        return type(self).serialize is App.serialize
 
     @final
     def changed_parts(self) -> set[str]:

@@ -417,14 +417,15 @@ class WorkerLoop:
     def data_mark(self) -> Any:
         """A value that differs once the app's data has changed (compared around a handler).
 
-        Keyed data: the parts recorded by :meth:`App.changed`; otherwise
-        :meth:`App.state_inputs`, or (an app that does not say) a digest of its serialized data.
-        A hook that fails gives a mark equal to nothing, so the data counts as changed.
+        Keyed data: the parts recorded by :meth:`App.changed` and every write to
+        :attr:`App.stored`; otherwise :meth:`App.state_inputs`, or (an app that does not say) a
+        digest of its serialized data. A hook that fails gives a mark equal to nothing, so the
+        data counts as changed.
         """
         try:
             inputs = self.app.state_inputs()
             if self.app.keyed():
-                return inputs, frozenset(self.app.changed_parts())
+                return inputs, frozenset(self.app.changed_parts()), self.app.stored.writes
             if inputs is not None:
                 return inputs
             frame = codec.encode(AppState(request_id=0, data=self.app.serialize()))
@@ -627,6 +628,9 @@ def run_worker(
                 # The first ack still sends the data whole (an app that migrated its data in
                 # restore() stores it anew), unless it is too large for a frame.
                 loop.restored_keyed = app.keyed() and isinstance(restore, dict)
+                if loop.restored_keyed and app.stores_data():
+                    # App.stored is the desktop's copy as loaded: only what is written goes.
+                    loop.acked_state = _KEYED
             app.on_start()
             _mount_views(loop, app, start.mounted)
         except Exception as exc:  # noqa: BLE001 - app code may raise anything

@@ -162,6 +162,7 @@ def test_operation_ids_are_unique_per_app(load: Loader, path: str) -> None:
 def with_demo_conversations(app: App) -> App:
     """The chat given ``aotui demo``'s conversations, as its import gives them."""
     app.restore(with_demo_chat(app.serialize()))
+    app.on_start()
     return app
 
 
@@ -173,15 +174,16 @@ def test_a_new_chat_holds_only_the_empty_conversation_with_the_user(load: Loader
     assert contacts is not None
     assert "No contacts yet." in render(contacts).markdown
     data = app.serialize()
-    assert data == {"next_id": 1, "contacts": [], "conv:user": data["conv:user"]}
+    assert data == {"conv:user": data["conv:user"]}
     app.handle_event(OperationCall("user_message", {"text": "hello"}))
-    assert "msg:msg_1" in app.serialize()
+    assert "msg:user:msg_1" in app.serialize()
     assert_same_renders(app, round_trip(app, type(app)()))
 
 
 def test_chat_data_without_the_user_conversation_keeps_a_fresh_one(load: Loader) -> None:
     app = load(APPS / "system/chat")
     app.restore(with_demo_chat(None))  # what the demo imports into a chat that stored nothing
+    app.on_start()
     mount(app)
     assert unread(app) == {"User": "0", "Johnny": "1", "TUI Tech Group": "2"}
     app.handle_event(OperationCall("user_message", {"text": "still here"}))

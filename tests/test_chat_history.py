@@ -58,19 +58,21 @@ def test_history_is_bounded_and_older_pages_stay_reachable(chat: Any) -> None:
     count = 30_000  # ~12 MB of text: far past what the archive keeps
     for i in range(count):
         app.handle_event(OperationCall("user_message", {"text": f"m{i} {text_of(rng, 400)}"}))
-    user = app.conversations["user"]
-    assert len(user["messages"]) < module.KEEP + module.PAGE  # kept as they are
-    assert app.archive_bytes <= module.ARCHIVE_BYTES
+    user = app.stored["conv:user"]
+    kept = len(app.kept()["user"])
+    assert kept < module.KEEP + module.PAGE  # kept as they are
+    archive = [app.stored[key]["zlib"] for key in app.stored if key.startswith("arch:")]
+    assert sum(map(len, archive)) <= module.ARCHIVE_BYTES
     dropped = int(user["dropped"])
     archived = app.archived("user")
-    assert dropped + archived + len(user["messages"]) == count  # each message kept or counted
+    assert dropped + archived + kept == count  # each message kept or counted
     assert dropped > 0
     # the newest page, and one deep in the archive, show their messages; the view says why
     page_one = shown(app, "conversation:user")
     assert f"m{count - 1} " in page_one
     assert f"{archived} earlier messages are archived" in page_one
     assert f"{dropped} of the earliest messages were deleted" in page_one
-    deep = (archived + len(user["messages"])) // module.PAGE  # the oldest full page still kept
+    deep = (archived + kept) // module.PAGE  # the oldest full page still kept
     oldest_kept = shown(app, f"conversation:user:page:{deep}")
     first = count - deep * module.PAGE
     assert f"m{first} " in oldest_kept
@@ -79,11 +81,12 @@ def test_history_is_bounded_and_older_pages_stay_reachable(chat: Any) -> None:
     data = app.serialize()
     frame = codec.encode(AppState(request_id=0, data=data))
     assert len(frame) < module.ARCHIVE_BYTES + (module.KEEP + module.PAGE) * 1024 + (64 << 10)
-    assert app.serialize_part("msg:msg_10") is None  # archived: its own part is gone
+    assert "msg:user:msg_10" not in app.stored  # archived: its own part is gone
     again = type(app)()
     decoded = codec.decode(frame)
     assert isinstance(decoded, AppState)
     again.restore(decoded.data)
+    again.on_start()
     assert shown(again, f"conversation:user:page:{deep}") == oldest_kept
     assert shown(again, "conversation:user") == page_one
 
@@ -100,14 +103,18 @@ def test_a_long_history_stored_before_the_bound_is_archived_on_restore(chat: Any
             "text": f"old {i}",
         }
     legacy["next_id"] = 2004
-    app.restore(legacy)
-    assert len(app.conversations["user"]["messages"]) < module.KEEP + module.PAGE
-    assert app.archived("user") + len(app.conversations["user"]["messages"]) == 2000
+    app.restore(legacy)  # as stored before issue 24: msg:<id>, the conversation inside
+    app.on_start()
+    kept = app.kept()["user"]
+    assert len(kept) < module.KEEP + module.PAGE
+    assert kept[-1] == "msg:user:msg_2003"
+    assert app.archived("user") + len(kept) == 2000
     assert app.history("user", 0, 2) == [
         {"id": "msg_4", "sender": "User", "time": "2026-01-01 00:00:00", "text": "old 4"},
         {"id": "msg_5", "sender": "User", "time": "2026-01-01 00:00:00", "text": "old 5"},
     ]
-    assert "msg:msg_4" in app.changed_parts()  # the archived messages' own parts are dropped
+    assert {"msg:msg_4", "msg:msg_2003", "msg:user:msg_2003"} <= app.changed_parts()
+    assert "msg:msg_2003" not in app.stored  # renamed, and the old name is deleted
 
 
 def test_the_message_length_is_bounded(chat: Any) -> None:

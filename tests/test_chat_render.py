@@ -28,8 +28,9 @@ def chat() -> Iterator[Any]:
 def test_navigation_inputs_follow_the_unread_total(chat: Any) -> None:
     module, app = chat
     app.restore(with_demo_chat(app.serialize()))  # conversations besides the user's
+    app.on_start()
     navigation = app.add_view(app.roots()[0])  # as the worker registers its roots
-    first, second = list(app.conversations)[:2]
+    first, second = list(app.conversations())[:2]
     app.reading(first, True)  # the agent has this conversation open
     before = navigation.inputs()
     app.add_message(first, module.AGENT, "hello")  # the agent's own message: nothing unread
@@ -37,6 +38,6 @@ def test_navigation_inputs_follow_the_unread_total(chat: Any) -> None:
     assert navigation.inputs() == before  # not rendered again: it would show the same
     app.add_message(second, "Johnny", "are you there?")
     assert navigation.inputs() != before
-    unread = sum(c["unread"] for c in app.conversations.values())
+    unread = sum(c["unread"] for c in app.conversations().values())
     text = render_view(navigation.render()).markdown
     assert f"Unread Messages: {unread}" in text

@@ -93,7 +93,7 @@ def test_an_import_that_fails_midway_is_undone(start_desktop: Start) -> None:
     before = client.export_state()
     shown = client.snapshot()
     state = copy.deepcopy(before)
-    state["apps"][0]["data"]["msg:msg_1"]["text"] = "a replaced conversation"
+    state["apps"][0]["data"]["msg:user:msg_1"]["text"] = "a replaced conversation"
     # Plain, small, shallow: it passes every check, but echo's restore() cannot read it. The
     # chat is opened again from its new data first; then echo fails to start.
     state["apps"][1]["data"] = {"no_count": 1}

@@ -279,7 +279,10 @@ def test_a_note_views_inputs_change_with_its_note_only() -> None:
     app: Any = load_app(str(BUNDLED_APPS / "notes"), "app.py", "notes_views")
     app.add("One", "1")
     view = app.view("note:note_1")
+    assert view.inputs() is None  # not rendered yet: it is
+    view.render()  # its inputs are what it read of the app's stored data
     before = view.inputs()
+    assert before is not None
     app.add("Two", "2")
     app.edit("note_2", "two")
     assert view.inputs() == before  # so the worker does not render it again

@@ -6,6 +6,10 @@ notes are a link away, :data:`PAGE` per view (key ``notes:page:<n>``, ``n`` from
 operation costs the same with 10 notes or 10,000. Each note links to its own view (key
 ``note:<id>``) with the full text and ``edit`` / ``delete`` operations that act on that note, so
 they need no ref.
+
+The notes are the app's stored data (``App.stored``): ``note:<id>`` for each note and ``next_id``
+for the id counter. Writing them is all an operation does; the worker stores what was written and
+re-renders the views that read it.
 """
 
 from __future__ import annotations
@@ -79,19 +83,14 @@ class NotesView(View["NotesApp"]):
         super().__init__(key)
         self.page = page
 
-    def inputs(self) -> int:
-        return self.app.version
-
     def context(self) -> Mapping[str, Any]:
-        ids = self.app.order
-        end = max(0, len(ids) - (self.page - 1) * PAGE)
-        start = max(0, end - PAGE)
+        notes = self.app.newest(skip=(self.page - 1) * PAGE, count=PAGE)
         return {
-            "notes": [self.app.notes[note_id] for note_id in ids[start:end]],
+            "notes": notes[::-1],
             "preview_of": _preview,
             "page": self.page,
             "list_id": "notes" if self.page == 1 else f"notes_page_{self.page}",
-            "older": start,
+            "older": max(0, self.app.count() - (self.page - 1) * PAGE - len(notes)),
             "page_size": PAGE,
         }
 
@@ -133,13 +132,8 @@ class NoteView(View["NotesApp"]):
         super().__init__(key)
         self.note_id = note_id
 
-    def inputs(self) -> tuple[str, ...]:
-        # This note's fields, not the app's version: another note's change leaves it as it was.
-        note = self.app.notes.get(self.note_id)
-        return ("deleted",) if note is None else (note["title"], note["text"], note["updated"])
-
     def context(self) -> Mapping[str, Any]:
-        return {"note": self.app.notes.get(self.note_id)}
+        return {"note": self.app.stored.get(_part(self.note_id))}
 
     @operation
     def edit(self, text: str, title: str | None = None) -> Note:
@@ -153,48 +147,60 @@ class NoteView(View["NotesApp"]):
 
 
 class NotesApp(App):
-    """The notes by id, in the order they were added, and an id counter."""
+    """Notes in ``stored``: ``note:<id>`` each, and ``next_id``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.notes: dict[str, Note] = {}
-        #: Note ids oldest first (what a page slices without walking the whole dict).
-        self.order: list[str] = []
-        self.next_id = 1
-        #: Bumped by every change: the views' and the stored data's inputs.
-        self.version = 0
         self.root = NotesView("notes")
 
     def roots(self) -> list[View[Any]]:
         return [self.root]
 
-    def state_inputs(self) -> int:
-        return self.version
-
     def resolve_view(self, key: str) -> View[Any] | None:
         kind, _, rest = key.partition(":")
-        if kind == "note" and rest in self.notes:
+        if kind == "note" and _part(rest) in self.stored:
             return NoteView(key, rest)
         page = rest.removeprefix("page:")
         if kind == "notes" and rest.startswith("page:") and page.isdigit() and int(page) > 1:
             return NotesView(key, int(page))
         return None
 
+    def count(self) -> int:
+        """How many notes there are."""
+        return len(self.stored) - ("next_id" in self.stored)
+
+    def newest(self, skip: int, count: int) -> list[Note]:
+        """Up to ``count`` notes, newest first, after the ``skip`` newest.
+
+        Ids are numbered in the order notes were added, so this walks them down from the newest
+        (deleted ones are skipped): a page costs the same with 10 notes or 10,000.
+        """
+        found: list[Note] = []
+        number = int(self.stored.get("next_id", 1)) - 1
+        while number > 0 and len(found) < count:
+            note = self.stored.get(_part(f"note_{number}"))
+            number -= 1
+            if note is None:
+                continue
+            if skip:
+                skip -= 1
+            else:
+                found.append(note)
+        return found
+
     def add(self, title: str, text: str) -> Note:
         """Add a note; returns it."""
         now = _now()
+        number = int(self.stored.get("next_id", 1))
         note = {
-            "id": f"note_{self.next_id}",
+            "id": f"note_{number}",
             "title": _title(title),
             "text": text,
             "created": now,
             "updated": now,
         }
-        self.next_id += 1
-        self.notes[note["id"]] = note
-        self.order.append(note["id"])
-        self.version += 1
-        self.changed(_part(note["id"]), "next_id")
+        self.stored["next_id"] = number + 1
+        self.stored[_part(note["id"])] = note
         return note
 
     def edit(self, note_id: str, text: str, title: str | None = None) -> Note:
@@ -204,53 +210,24 @@ class NotesApp(App):
             note["title"] = _title(title)
         note["text"] = text
         note["updated"] = _now()
-        self.version += 1
-        self.changed(_part(note_id))
+        self.stored[_part(note_id)] = note
         return note
 
     def delete(self, note_id: str) -> Note:
         """Remove a note; returns it."""
         note = self._note(note_id)
-        del self.notes[note_id]
-        self.order.remove(note_id)
-        self.version += 1
-        self.changed(_part(note_id))
+        del self.stored[_part(note_id)]
         return note
 
     def _note(self, note_id: str) -> Note:
-        note = self.notes.get(note_id)
+        note: Note | None = self.stored.get(_part(note_id))
         if note is None:
             raise LookupError(f"note {note_id!r} no longer exists; read the Notes list again")
         return note
 
-    # Keyed data: one part per note and one for the counter, so an operation stores one note.
-
-    def serialize(self) -> Any:
-        return {"next_id": self.next_id} | {_part(i): note for i, note in self.notes.items()}
-
-    def serialize_part(self, part: str) -> Any:
-        if part == "next_id":
-            return self.next_id
-        return self.notes.get(part.removeprefix("note:"))
-
-    def restore(self, data: Any) -> None:
-        # Data stored before notes were keyed is one list under "notes".
-        notes = data.get("notes") or [v for k, v in data.items() if k.startswith("note:")]
-        notes.sort(key=lambda note: _number(note["id"]))
-        self.notes = {note["id"]: dict(note) for note in notes}
-        self.order = list(self.notes)
-        self.next_id = int(data["next_id"])
-        self.version += 1
-
 
 def _part(note_id: str) -> str:
     return f"note:{note_id}"
-
-
-def _number(note_id: str) -> int:
-    """``note_12`` → 12: notes are shown in the order they were added."""
-    digits = note_id.rpartition("_")[2]
-    return int(digits) if digits.isdigit() else 0
 
 
 def _title(title: str) -> str:

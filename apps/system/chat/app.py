@@ -9,11 +9,12 @@ The user's side posts into the "User" conversation with ``aotui say TEXT``. A co
 shows its newest :data:`PAGE` messages and links to the earlier ones (key
 ``conversation:<id>:page:<n>``, ``n`` from 2).
 
-What the app keeps is bounded, in memory and in its stored data: each conversation keeps its
-newest :data:`KEEP` messages as they are (a keyed part each); older ones are archived
-:data:`PAGE` at a time into one compressed part per page, still shown by the earlier pages; past
-:data:`ARCHIVE_BYTES` of archive the oldest archived pages are deleted, and the conversation's
-view says how many messages went.
+What the app keeps is its stored data (``App.stored``), and it is bounded: ``conv:<id>`` for each
+conversation (without its messages), ``msg:<conv>:<id>`` for each of its newest :data:`KEEP`
+messages, ``arch:<conv>:<n>`` for each older page of :data:`PAGE` messages (compressed, still
+shown by the earlier pages), ``next_id`` and ``contacts``. Past :data:`ARCHIVE_BYTES` of archive
+the oldest archived pages are deleted, and the conversation's view says how many messages went.
+Data stored before issue 24 named a message ``msg:<id>``; the first start renames it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from aotui.sandbox.sdk import App, OperationCall, Ref, View, operation
+from aotui.sandbox.sdk import App, Ref, View, operation
 
 AGENT = "Agent"
 #: Messages shown per conversation view: the newest in the conversation, earlier ones a page
@@ -38,8 +39,6 @@ ARCHIVE_BYTES = 2 << 20
 MAX_CHARS = 64 << 10
 
 Message = dict[str, str]
-#: One archived page: its number in its conversation (from 1), message count, compressed JSON.
-ArchivePage = tuple[int, int, bytes]
 
 
 def _now() -> str:
@@ -68,7 +67,7 @@ class Navigation(View["ChatApp"]):
         return {"unread": self._unread()}
 
     def _unread(self) -> int:
-        return sum(c["unread"] for c in self.app.conversations.values())
+        return sum(conv["unread"] for conv in self.app.conversations().values())
 
 
 class Conversations(View["ChatApp"]):
@@ -78,21 +77,23 @@ class Conversations(View["ChatApp"]):
 <section view="Conversations" description="All conversations">
   <h2>Conversations</h2>
   <ul>
-  {%- for conv_id, conv in app.conversations.items() -%}
+  {%- for conv_id, conv in conversations.items() -%}
     <li{{ view.link_attrs("conversation:" ~ conv_id) }}>{{ conv["title"] }}<ul>
     {%- if "description" in conv and conv["description"] -%}
       <li>Description: {{ conv["description"] }}</li>
     {%- endif -%}
     <li>Type: {{ conv["type"] }}</li>
-    <li>Last Message:
-      {{ conv["messages"][-1]["text"] if conv["messages"] else "(no messages)" }}</li>
+    <li>Last Message: {{ last[conv_id]["text"] if conv_id in last else "(no messages)" }}</li>
     <li>Unread Message Count: {{ conv["unread"] }}</li></ul></li>
   {%- endfor -%}
   </ul>
 </section>"""
 
-    def inputs(self) -> int:
-        return self.app.version
+    def context(self) -> Mapping[str, Any]:
+        conversations = self.app.conversations()
+        kept = self.app.kept()
+        last = {conv: self.app.stored[keys[-1]] for conv, keys in kept.items() if keys}
+        return {"conversations": conversations, "last": last}
 
 
 class Contacts(View["ChatApp"]):
@@ -102,15 +103,15 @@ class Contacts(View["ChatApp"]):
 <section view="Contacts" description="People you can talk to">
   <h2>Contacts</h2>
   <ul list="user[]:contacts" title="Contacts">
-  {%- for c in app.contacts -%}
+  {%- for c in contacts -%}
     <li {{ view.item(c["id"], c) }}>{{ c["name"] }}<ul><li>Email: {{ c["email"] }}</li></ul></li>
   {%- endfor -%}
   </ul>
-  {% if not app.contacts %}<p>No contacts yet.</p>{% endif %}
+  {% if not contacts %}<p>No contacts yet.</p>{% endif %}
 </section>"""
 
-    def inputs(self) -> int:
-        return self.app.contacts_version  # the agent never changes them; an import may
+    def context(self) -> Mapping[str, Any]:
+        return {"contacts": self.app.stored.get("contacts", [])}
 
 
 class Conversation(View["ChatApp"]):
@@ -174,17 +175,15 @@ class Conversation(View["ChatApp"]):
         self.conv_id = conv_id
         self.page = page
 
-    def inputs(self) -> int:
-        return self.app.versions.get(self.conv_id, 0)
-
     def key_of_page(self, page: int) -> str:
         """The key of this conversation's view of page ``page`` (1 is the newest messages)."""
         return f"conversation:{self.conv_id}" + (f":page:{page}" if page > 1 else "")
 
     def context(self) -> Mapping[str, Any]:
-        conv = self.app.conversations[self.conv_id]
+        conv = self.app.stored[_conv(self.conv_id)]
         archived = self.app.archived(self.conv_id)
-        end = max(0, archived + len(conv["messages"]) - (self.page - 1) * PAGE)
+        kept = len(self.app.kept().get(self.conv_id, ()))
+        end = max(0, archived + kept - (self.page - 1) * PAGE)
         start = max(0, end - PAGE)
         return {
             "conv": conv,
@@ -224,59 +223,36 @@ class Conversation(View["ChatApp"]):
         )
 
 
-def _fresh() -> dict[str, dict[str, Any]]:
-    """A new desktop's conversations: the one with the user, empty until they say something.
-
-    Nothing invented: an agent on a real desktop sees only what really happened. ``aotui demo``
-    imports its own conversations into its private desktop (``supervisor/interface/demo.py``).
-    """
-    return {
-        "user": {
-            "title": "User",
-            "type": "Private Chat",
-            "email": "the person you work for",
-            "unread": 0,
-            "messages": [],
-        }
-    }
+#: The conversation with the user, there from the first start (empty until they say something).
+#: Nothing invented: an agent on a real desktop sees only what really happened. ``aotui demo``
+#: imports its own conversations into its private desktop (``supervisor/interface/demo.py``).
+USER = {"title": "User", "type": "Private Chat", "email": "the person you work for", "unread": 0}
 
 
 class ChatApp(App):
-    """The chat app: conversations by id, a message counter, contacts."""
+    """The chat app: conversations, their messages and archived pages, contacts, in ``stored``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.conversations = _fresh()
-        self.next_id = 1
-        #: ``{"id", "name", "email"}`` each; none on a new desktop, an import brings them.
-        self.contacts: list[dict[str, str]] = []
-        #: Bumped when the contacts change (only a restore changes them).
-        self.contacts_version = 0
         self.navigation = Navigation("navigation")
         self.conversations_view = Conversations("conversations")
         self.contacts_view = Contacts("contacts")
         #: The conversations whose view is mounted: the agent sees their messages as they come.
         self.open: set[str] = set()
-        #: Bumped by every change (the views' and the stored data's inputs); ``versions`` per
-        #: conversation, so a message re-renders only its own conversation's views.
-        self.version = 0
-        self.versions: dict[str, int] = {}
-        #: Message id → its conversation (where a changed message part is found); kept messages
-        #: only, archived ones are in ``archive``.
-        self.messages = {
-            m["id"]: conv_id for conv_id, c in self.conversations.items() for m in c["messages"]
-        }
-        #: Conversation → its archived pages, oldest first; ``archive_bytes`` their total size.
-        self.archive: dict[str, list[ArchivePage]] = {}
-        self.archive_bytes = 0
+        self.stored[_conv("user")] = USER  # replaced by what was stored, if anything was
 
-    def state_inputs(self) -> int:
-        return self.version
-
-    def _changed(self, conv_id: str, *parts: str) -> None:
-        self.version += 1
-        self.versions[conv_id] = self.versions.get(conv_id, 0) + 1
-        self.changed(f"conv:{conv_id}", *parts)
+    def on_start(self) -> None:
+        if _conv("user") not in self.stored:  # the user's messages go there: always present
+            self.stored[_conv("user")] = USER
+        for key in list(self.stored):  # stored before issue 24: msg:<id>, its conversation inside
+            if key.startswith("msg:") and key.count(":") == 1:
+                message = self.stored[key]
+                del self.stored[key]
+                self.stored[_msg(message.pop("conv"), message["id"])] = message
+        for conv_id, keys in self.kept().items():  # stored before the history was bounded
+            while len(keys) >= KEEP + PAGE:
+                self._archive_oldest(conv_id, keys)
+                keys = self.kept()[conv_id]
 
     def roots(self) -> list[View[Any]]:
         return [self.navigation]
@@ -284,7 +260,7 @@ class ChatApp(App):
     def resolve_view(self, key: str) -> View[Any] | None:
         kind, _, rest = key.partition(":")
         conv_id, _, page = rest.partition(":page:")
-        if kind == "conversation" and conv_id in self.conversations:
+        if kind == "conversation" and _conv(conv_id) in self.stored:
             if not page:
                 return Conversation(key, conv_id)
             if page.isdigit() and int(page) > 1:
@@ -292,13 +268,28 @@ class ChatApp(App):
         fixed = {"conversations": self.conversations_view, "contacts": self.contacts_view}
         return fixed.get(key)
 
+    def conversations(self) -> dict[str, dict[str, Any]]:
+        """Every conversation (without its messages) by id, the user's first."""
+        found = {key[5:]: self.stored[key] for key in self.stored if key.startswith("conv:")}
+        return {"user": found.pop("user"), **found} if "user" in found else found
+
+    def kept(self) -> dict[str, list[str]]:
+        """Each conversation's kept (not archived) message keys, oldest first."""
+        found: dict[str, list[str]] = {}
+        for key in self.stored:
+            if key.startswith("msg:"):
+                found.setdefault(key[4:].rpartition(":")[0], []).append(key)
+        for keys in found.values():
+            keys.sort(key=_number)
+        return found
+
     def reading(self, conv_id: str, mounted: bool) -> None:
         """Note whether a conversation is in front of the agent; mounting it marks it read."""
         if mounted:
             self.open.add(conv_id)
-            if self.conversations[conv_id]["unread"]:
-                self.conversations[conv_id]["unread"] = 0
-                self._changed(conv_id)
+            conv = self.stored[_conv(conv_id)]
+            if conv["unread"]:
+                self.stored[_conv(conv_id)] = {**conv, "unread": 0}
         else:
             self.open.discard(conv_id)
 
@@ -310,145 +301,97 @@ class ChatApp(App):
             raise ValueError(
                 f"a message has at most {MAX_CHARS} characters, this one {len(text)}: split it"
             )
-        message = {"id": f"msg_{self.next_id}", "sender": sender, "time": _now(), "text": text}
+        number = int(self.stored.get("next_id", 1))
+        message = {"id": f"msg_{number}", "sender": sender, "time": _now(), "text": text}
         if reply_to:
             message["reply_to"] = reply_to
-        self.next_id += 1
-        conv = self.conversations[conv_id]
-        conv["messages"].append(message)
-        self.messages[message["id"]] = conv_id
+        self.stored["next_id"] = number + 1
+        self.stored[_msg(conv_id, message["id"])] = message
         if sender != AGENT and conv_id not in self.open:
-            conv["unread"] += 1
-        self._changed(conv_id, f"msg:{message['id']}", "next_id")
-        if len(conv["messages"]) >= KEEP + PAGE:
-            self._changed(conv_id, *self._archive_oldest(conv_id))
+            conv = self.stored[_conv(conv_id)]
+            self.stored[_conv(conv_id)] = {**conv, "unread": conv["unread"] + 1}
+        keys = self.kept().get(conv_id, [])
+        if len(keys) >= KEEP + PAGE:
+            self._archive_oldest(conv_id, keys)
         return message
+
+    @operation
+    def user_message(self, text: str) -> Message:
+        """The user's side of their conversation (``aotui say``): posted by the desktop only."""
+        return self.add_message("user", "User", text)
+
+    @operation
+    def desktop_message(self, text: str) -> Message:
+        """The desktop's own word to the agent (a request for the user's confirmation)."""
+        return self.add_message("user", "Desktop", text)
 
     # Bounded history: the newest KEEP messages as they are, older pages compressed.
 
+    def pages(self, conv_id: str) -> list[dict[str, Any]]:
+        """A conversation's archived pages, oldest first."""
+        prefix = f"arch:{conv_id}:"
+        keys = [key for key in self.stored if key.startswith(prefix)]
+        return [self.stored[key] for key in sorted(keys, key=_number)]
+
     def archived(self, conv_id: str) -> int:
         """How many of a conversation's messages are archived (and still kept)."""
-        return sum(count for _, count, _ in self.archive.get(conv_id, ()))
+        return sum(int(page["count"]) for page in self.pages(conv_id))
 
     def history(self, conv_id: str, start: int, end: int) -> list[Message]:
         """Messages ``start`` to ``end`` of a conversation, archived ones first (oldest is 0)."""
         found: list[Message] = []
         offset = 0
-        for _, count, blob in self.archive.get(conv_id, ()):
+        for page in self.pages(conv_id):
+            count = int(page["count"])
             if offset < end and start < offset + count:
-                page = json.loads(zlib.decompress(blob))
-                found.extend(page[max(0, start - offset) : max(0, end - offset)])
+                messages = json.loads(zlib.decompress(page["zlib"]))
+                found.extend(messages[max(0, start - offset) : max(0, end - offset)])
             offset += count
-        kept: list[Message] = self.conversations[conv_id]["messages"]
-        return found + kept[max(0, start - offset) : max(0, end - offset)]
+        kept = self.kept().get(conv_id, [])
+        shown = kept[max(0, start - offset) : max(0, end - offset)]
+        return found + [self.stored[key] for key in shown]
 
-    def _archive_oldest(self, conv_id: str) -> list[str]:
+    def _archive_oldest(self, conv_id: str, keys: list[str]) -> None:
         """Move a conversation's oldest :data:`PAGE` messages into an archived page.
 
-        Returns the parts that changed; past :data:`ARCHIVE_BYTES`, the oldest pages of the
-        conversations with the most of them are deleted (counted in their ``dropped``).
+        Past :data:`ARCHIVE_BYTES`, the oldest pages of the conversations with the most of them
+        are deleted (counted in their ``dropped``).
         """
-        conv = self.conversations[conv_id]
-        moved, conv["messages"] = conv["messages"][:PAGE], conv["messages"][PAGE:]
-        pages = self.archive.setdefault(conv_id, [])
-        number = pages[-1][0] + 1 if pages else 1
+        moved = [self.stored[key] for key in keys[:PAGE]]
+        for key in keys[:PAGE]:
+            del self.stored[key]
+        pages = self.pages(conv_id)
+        number = int(pages[-1]["n"]) + 1 if pages else 1
         blob = zlib.compress(json.dumps(moved, separators=(",", ":")).encode(), 6)
-        pages.append((number, len(moved), blob))
-        self.archive_bytes += len(blob)
-        parts = [f"arch:{conv_id}:{number}"]
-        for message in moved:
-            self.messages.pop(message["id"], None)
-            parts.append(f"msg:{message['id']}")
-        while self.archive_bytes > ARCHIVE_BYTES:
-            fullest = max(self.archive, key=lambda c: len(self.archive[c]))
-            gone, count, old = self.archive[fullest].pop(0)
-            self.archive_bytes -= len(old)
-            dropped = self.conversations[fullest]
-            dropped["dropped"] = int(dropped.get("dropped", 0)) + count
-            parts += [f"arch:{fullest}:{gone}", f"conv:{fullest}"]
-        return parts
-
-    def handle_event(self, call: OperationCall) -> Any:
-        # Events come from the desktop only (never an agent's execute): the user's messages,
-        # and the desktop's own (a request for the user's confirmation).
-        sender = {"user_message": "User", "desktop_message": "Desktop"}.get(call.operation)
-        if sender is None:
-            return super().handle_event(call)
-        return self.add_message("user", sender, str(call.args.get("text", "")))
-
-    # Keyed data: a part per conversation (without its messages), one per message and one for
-    # the counter, so a message stores itself and its conversation's unread count only.
-
-    def serialize(self) -> Any:
-        data: dict[str, Any] = {"next_id": self.next_id, "contacts": self.contacts}
-        for conv_id in self.conversations:
-            data[f"conv:{conv_id}"] = self.serialize_part(f"conv:{conv_id}")
-            for message in self.conversations[conv_id]["messages"]:
-                data[f"msg:{message['id']}"] = {"conv": conv_id, **message}
-        for conv_id, pages in self.archive.items():
-            for number, _, _ in pages:
-                part = f"arch:{conv_id}:{number}"
-                data[part] = self.serialize_part(part)
-        return data
-
-    def serialize_part(self, part: str) -> Any:
-        kind, _, key = part.partition(":")
-        if kind == "conv":
-            conv = self.conversations.get(key)
-            return None if conv is None else {k: v for k, v in conv.items() if k != "messages"}
-        if kind == "msg":
-            conv_id = self.messages.get(key)
-            if conv_id is None:
-                return None
-            found = (m for m in reversed(self.conversations[conv_id]["messages"]) if m["id"] == key)
-            return {"conv": conv_id, **next(found)}
-        if kind == "arch":
-            conv_id, _, number = key.rpartition(":")
-            page = next((p for p in self.archive.get(conv_id, ()) if str(p[0]) == number), None)
-            if page is None:
-                return None
-            return {"conv": conv_id, "n": page[0], "count": page[1], "zlib": page[2]}
-        return {"next_id": self.next_id, "contacts": self.contacts}.get(part)
-
-    def restore(self, data: Any) -> None:
-        # The user's conversation is always there (the user's messages go to it), first; data
-        # that leaves it out (an import of other conversations only) keeps a fresh one.
-        self.conversations = _fresh()
-        if "conversations" in data:  # stored before the data was keyed
-            self.conversations.update(data["conversations"])
-        else:
-            self.conversations.update(
-                (key[5:], {**conv, "messages": []})
-                for key, conv in data.items()
-                if key.startswith("conv:")
-            )
-            stored = [dict(v) for k, v in data.items() if k.startswith("msg:")]
-            stored.sort(key=lambda message: _number(message["id"]))
-            for message in stored:
-                self.conversations[message.pop("conv")]["messages"].append(message)
-        self.next_id = data["next_id"]
-        # Data stored before contacts were (they were the code's, not the desktop's) has none.
-        self.contacts = [dict(contact) for contact in data.get("contacts") or ()]
-        self.contacts_version += 1
-        self.messages = {
-            m["id"]: conv_id for conv_id, c in self.conversations.items() for m in c["messages"]
-        }
-        self.archive = {}
-        pages = [v for k, v in data.items() if k.startswith("arch:") and v is not None]
-        for page in sorted(pages, key=lambda p: int(p["n"])):
-            if page["conv"] in self.conversations:
-                entry = (int(page["n"]), int(page["count"]), bytes(page["zlib"]))
-                self.archive.setdefault(page["conv"], []).append(entry)
-        self.archive_bytes = sum(len(p[2]) for pages in self.archive.values() for p in pages)
-        for conv_id, conv in self.conversations.items():  # data from before history was bounded
-            while len(conv["messages"]) >= KEEP + PAGE:
-                self.changed(*self._archive_oldest(conv_id))
-        self.version += 1
+        page = {"conv": conv_id, "n": number, "count": len(moved), "zlib": blob}
+        self.stored[f"arch:{conv_id}:{number}"] = page
+        archive = {key: len(self.stored[key]["zlib"]) for key in self.stored if key[:5] == "arch:"}
+        total = sum(archive.values())
+        while total > ARCHIVE_BYTES:
+            by_conv: dict[str, list[str]] = {}
+            for key in archive:
+                by_conv.setdefault(key[5:].rpartition(":")[0], []).append(key)
+            fullest = max(by_conv.values(), key=len)
+            oldest = min(fullest, key=_number)
+            gone = self.stored[oldest]
+            del self.stored[oldest]
+            total -= archive.pop(oldest)
+            conv = self.stored[_conv(gone["conv"])]
+            dropped = int(conv.get("dropped", 0)) + int(gone["count"])
+            self.stored[_conv(gone["conv"])] = {**conv, "dropped": dropped}
 
 
-def _number(message_id: str) -> int:
-    """``msg_12`` → 12: messages are kept in the order they were sent."""
-    digits = message_id.rpartition("_")[2]
+def _conv(conv_id: str) -> str:
+    return f"conv:{conv_id}"
+
+
+def _msg(conv_id: str, message_id: str) -> str:
+    return f"msg:{conv_id}:{message_id}"
+
+
+def _number(key: str) -> int:
+    """``msg:user:msg_12`` → 12, ``arch:user:3`` → 3: the order they were written in."""
+    digits = key.rpartition("_")[2].rpartition(":")[2]
     return int(digits) if digits.isdigit() else 0
 
 

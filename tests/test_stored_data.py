@@ -1,0 +1,184 @@
+"""App data that records its own writes (issue 24): ``App.stored``.
+
+An author who writes ``self.stored`` and nothing else — no ``inputs()``, ``serialize``, counters
+or part names — loses no acknowledged effect to kill -9, and their views show each write at once;
+a desktop stored by the code before this change restores on its first start after it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aotui.sandbox.sdk import App, View
+from aotui.sandbox.stored_data import StoredData
+from aotui.supervisor.paths import store_path
+from aotui.supervisor.store.state import AppEntry, DesktopState
+from aotui.supervisor.store.store import DesktopStore
+from tests.conftest import BUNDLED_APPS, RunningDesktop, wait_for
+
+Start = Callable[..., RunningDesktop]
+#: What the Notes and chat apps stored before issue 24, as their code then wrote it (three notes,
+#: one edited, one deleted; 255 messages from the user, the oldest 50 archived).
+BEFORE = Path(__file__).parent / "golden" / "store_before_issue24.json"
+
+
+def items(desktop: RunningDesktop) -> list[str]:
+    """The Items view's lines, as the agent reads them."""
+    text = desktop.client.snapshot()
+    block = text[text.index('<view id="view_0" name="Items">') :].split("</view>")[0]
+    return [line[2:] for line in block.splitlines() if "](item:items[" in line]
+
+
+def run(desktop: RunningDesktop, command: str) -> Any:
+    context = '<context app_id="app_0" view_id="view_0">'
+    return desktop.client.execute(f"{context}{command}</context>")["results"][0]
+
+
+def restart(desktop: RunningDesktop) -> None:
+    """kill -9 the app's worker and wait until another serves it."""
+    pid = desktop.app_pid("app_0")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+
+    def serving() -> bool:
+        row = desktop.client.status()["apps"][0]
+        return row["state"] == "running" and row["pid"] not in (None, pid)
+
+    wait_for(serving, 15, "the restart")
+
+
+def test_an_author_who_writes_stored_only_loses_nothing_to_kill_9(start_desktop: Start) -> None:
+    desktop = start_desktop(["carefree"])
+    desktop.client.execute("<context>open --application app_0</context>")
+    for text in ("milk", "eggs", "tea"):
+        run(desktop, f'execute add_item --text "{text}"')
+        assert items(desktop)[-1].startswith(f"[{text}]")  # shown at once: no inputs() to bump
+    run(desktop, "execute star --item items[1]")
+    assert items(desktop)[1].startswith("[★ eggs]")
+    restart(desktop)
+    assert [line.split("]")[0] for line in items(desktop)] == ["[milk", "[★ eggs", "[tea"]
+    run(desktop, "execute remove --item items[0]")
+    assert len(items(desktop)) == 2  # the agent reads the list again: items[1] is now tea
+    run(desktop, "execute star --item items[1]")
+    restart(desktop)
+    assert [line.split("]")[0] for line in items(desktop)] == ["[★ eggs", "[★ tea"]
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"__bytes__"}:
+            return base64.b64decode(value["__bytes__"])
+        return {key: _decoded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decoded(item) for item in value]
+    return value
+
+
+def test_a_desktop_stored_before_issue_24_restores_on_its_first_start(
+    start_desktop: Start,
+) -> None:
+    before = _decoded(json.loads(BEFORE.read_text()))
+    apps = {"system.chat": "system/chat", "com.aotui.notes": "notes"}
+    entries = [
+        AppEntry(
+            f"app_{n}", manifest_id, str(BUNDLED_APPS / path), "running", data=before[manifest_id]
+        )
+        for n, (manifest_id, path) in enumerate(apps.items())
+    ]
+    store = DesktopStore(store_path("old"))
+    store.save_desktop(DesktopState("old", time.time(), time.time(), len(entries), entries))
+    store.close()
+    desktop = start_desktop(list(apps.values()), name="old")
+    client = desktop.client
+    text = client.snapshot()
+    assert "Unread Messages: 255" in text  # the chat's data, as it was
+    conversations = text.split("[Conversations](view:")[1].split(")")[0]
+    client.execute(f'<context app_id="app_0">mount --view {conversations}</context>')
+    user = client.snapshot().split("[User](view:")[1].split(")")[0]
+    client.execute(f'<context app_id="app_0">mount --view {user}</context>')
+    text = client.snapshot()
+    assert "[message 254](message:message_history[49])" in text
+    assert "50 earlier messages are archived" in text
+    client.execute("<context>open --application app_1</context>")
+    text = client.snapshot()
+    assert "[Groceries](note:notes[0])" in text
+    assert "Preview: eggs, milk" in text
+    assert "Call Ann" not in text  # deleted then, deleted now
+    add = (
+        '<context app_id="app_1" view_id="view_0">execute add_note --title Four --text 4</context>'
+    )
+    assert client.execute(add)["results"][0]["id"] == "note_4"  # after the stored next_id
+    client.say("after the upgrade")
+    # What the first start renamed (msg:<id> → msg:<conversation>:<id>) survives a kill -9.
+    restart(desktop)
+    text = client.snapshot()
+    assert "[after the upgrade](message:message_history[49])" in text
+    assert "[message 254](message:message_history[48])" in text
+    assert "50 earlier messages are archived" in text  # one page of 50, as before
+
+
+# --- the mapping itself, in-process -------------------------------------------------------------
+
+
+def test_stored_values_are_copies_and_plain_data() -> None:
+    stored = StoredData()
+    note = {"title": "a", "tags": ("x", "y")}
+    stored["n"] = note
+    note["title"] = "changed after the write"
+    read = stored["n"]
+    assert read == {"title": "a", "tags": ["x", "y"]}  # as written; a tuple is stored as a list
+    read["tags"].append("z")
+    assert stored["n"]["tags"] == ["x", "y"]  # a read is the reader's own
+    assert stored.written == {"n"}
+    for bad, words in [
+        ({1: "a"}, "str keys"),
+        ({"a": {1, 2}}, "holds a set"),
+        (None, "use del"),
+    ]:
+        with pytest.raises(TypeError, match=words):
+            stored["bad"] = bad
+    assert "bad" not in stored
+    with pytest.raises(TypeError, match="non-empty str"):
+        stored[""] = 1
+
+
+class _Shown(View["_Shows"]):
+    template = '<section view="Shown">{{ app.stored.get("a") }} {{ n }}</section>'
+
+    def context(self) -> dict[str, Any]:
+        return {"n": len(self.app.stored) if self.app.counts else 0}
+
+
+class _Shows(App):
+    counts = False
+
+    def roots(self) -> list[View[Any]]:
+        return [_Shown("shown")]
+
+
+def test_a_views_default_inputs_are_what_it_read_of_stored() -> None:
+    app = _Shows()
+    (view,) = [app.add_view(root) for root in app.roots()]
+    assert view.inputs() is None  # not rendered yet
+    view.render()
+    before = view.inputs()
+    app.stored["b"] = 1  # not read by the view: it is not rendered again
+    assert view.inputs() == before
+    app.stored["a"] = 2
+    assert view.inputs() != before
+    app.counts = True  # it now counts the keys: one coming or going changes its inputs
+    view.render()
+    counted = view.inputs()
+    app.stored["b"] = 3
+    assert view.inputs() == counted
+    del app.stored["b"]
+    assert view.inputs() != counted
