@@ -17,13 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
-from aotui.sandbox.sdk import App, View
+from aotui.protocol import codec
+from aotui.protocol.messages import ErrorReply, Operation
+from aotui.sandbox.sdk import App, View, operation
 from aotui.sandbox.stored_data import StoredData
+from aotui.sandbox.worker import WorkerLoop
 from aotui.supervisor.paths import store_path
 from aotui.supervisor.store.state import AppEntry, DesktopState
 from aotui.supervisor.store.store import DesktopStore
 from tests.conftest import BUNDLED_APPS, RunningDesktop, wait_for
+from tests.test_chaos_run import chaos_cli
 
 Start = Callable[..., RunningDesktop]
 #: What the Notes and chat apps stored before issue 24, as their code then wrote it (three notes,
@@ -182,3 +187,54 @@ def test_a_views_default_inputs_are_what_it_read_of_stored() -> None:
     assert view.inputs() == counted
     del app.stored["b"]
     assert view.inputs() != counted
+
+
+class _Listed(View["_Lists"]):
+    template = '<section view="Listed"><p>{{ app.stored.get("items", []) }}</p></section>'
+
+    @operation
+    def add_then_fail(self, text: str) -> None:
+        """Add, then fail."""
+        self.app.stored["items"] = [*self.app.stored.get("items", []), text]
+        raise LookupError("no")
+
+
+class _Lists(App):
+    def roots(self) -> list[View[Any]]:
+        return [_Listed("listed")]
+
+
+def test_a_handler_that_writes_stored_then_raises_takes_no_effect(
+    channel: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+) -> None:
+    worker_side, supervisor_side = channel
+    app = _Lists()
+    loop = WorkerLoop(app, worker_side, wake_fd=-1)
+    app.add_view(_Listed("listed"))
+    loop.mount("listed", root=True)
+    app.stored["items"] = ["from a timer"]  # written, not yet sent: the next ack carries it
+    loop.handle(Operation(1, "listed", "add_then_fail", {"text": "x"}, {}, 1000))
+    assert supervisor_side.poll(5000)
+    reply = codec.decode(supervisor_side.recv())
+    assert isinstance(reply, ErrorReply)
+    # The key was already waiting to be sent: only the count of writes tells this one apart.
+    assert reply.data == {"outcome": "not applied"}
+    assert loop.discarded
+
+
+@pytest.mark.timeout(240)
+def test_chaos_app_finds_nothing_lost_by_an_author_who_writes_stored_only(tmp_path: Path) -> None:
+    # The same items as tests/apps/forgetful, whose planted bug chaos finds (test_chaos_run.py).
+    done = chaos_cli(
+        "app",
+        str(Path(__file__).parent / "apps" / "carefree"),
+        "--steps",
+        "40",
+        "--duration",
+        "40",
+        "--workdir",
+        str(tmp_path / "w"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no_acknowledged_effect_lost  PASS" in done.stdout
+    assert "verdict: all checks hold" in done.stdout
