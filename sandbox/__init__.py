@@ -13,7 +13,8 @@
   ``seccomp``, on ``linux`` (the ctypes calls); ``probe`` says which layers a machine allows
   (``python -m aotui.sandbox.probe``). See ``docs/sandbox.md``.
 - :mod:`sandbox.browser` and :mod:`sandbox.cdp` — a headless Chromium inside a worker's
-  confinement, driven over ``--remote-debugging-pipe`` (the start of web apps, issue 22).
+  confinement, driven over ``--remote-debugging-pipe`` (the start of web apps, issue 22);
+  :mod:`sandbox.web_generic` reads and drives a page with no aotui marks (``assets/generic.js``).
 - :mod:`sandbox.webmcp` — a page's WebMCP tools as operations of its views; ``webmcp_schema``
   maps their JSON Schema onto the args grammar.
 """

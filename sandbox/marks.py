@@ -38,7 +38,9 @@ MAX_VALUE_DEPTH = 32
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _LIST_SPEC = re.compile(rf"({_IDENT})\[\]:({_IDENT})")
-_ENTITY_SPEC = re.compile(rf"({_IDENT}):({_IDENT})")
+# An entity id may carry an index, ``control:page[12]``: an element of a collection that is no
+# list (the controls of a page rendered generically, sandbox/web_generic.py), a ref like an item's.
+_ENTITY_SPEC = re.compile(rf"({_IDENT}):({_IDENT}(?:\[(?:0|[1-9][0-9]{{0,8}})\])?)")
 _OP_ID = re.compile(_IDENT)
 _LINK_KEY = re.compile(r"[A-Za-z0-9_.:@-]+")
 _MAX_MESSAGE = 600
@@ -67,7 +69,7 @@ def list_spec(spec: str) -> tuple[str, str]:
 
 
 def entity_spec(spec: str) -> tuple[str, str]:
-    """``type:entity_id`` → ``(type, entity_id)``."""
+    """``type:entity_id`` (or ``type:name[i]``) → ``(type, entity_id)``."""
     found = _ENTITY_SPEC.fullmatch(spec)
     if found is None:
         raise fault(

@@ -150,6 +150,8 @@ class _ViewRenderer(MarkdownRenderer):
         self.ref_types: dict[str, str] = {}
         self.lists: dict[str, str] = {}
         self.entities: set[str] = set()
+        #: Names of indexed entities (``page`` of ``control:page[3]``).
+        self.indexed: set[str] = set()
         self.operations: dict[str, OperationSpec] = {}
         # Filled in document order: a slot is taken before the link's content is rendered.
         self.links: list[ViewLink | None] = []
@@ -299,7 +301,9 @@ class _ViewRenderer(MarkdownRenderer):
         return link_label(text), rest, subs, target
 
     def _claim_id(self, ident: str, what: str) -> None:
-        if ident in self.lists or ident in self.entities:
+        # An indexed entity (page[3]) claims its name against lists, whose items' refs it shares.
+        name = ident.split("[", 1)[0]
+        if ident in self.lists or ident in self.entities or name in self.lists:
             raise fault(
                 f'{what}: the id "{ident}" is already used by a list or entity in this view; '
                 "list and entity ids must be unique within a view"
@@ -334,6 +338,8 @@ class _ViewRenderer(MarkdownRenderer):
         entity_type, entity_id = entity_spec(spec)
         self._claim_id(entity_id, f'entity="{spec}"')
         self.entities.add(entity_id)
+        if entity_id.endswith("]"):
+            self.indexed.add(entity_id.split("[", 1)[0])
         note = self._value(el, entity_id, f"entity {entity_id}")
         self.keys[entity_id] = entity_id
         self.ref_types[entity_id] = entity_type
@@ -366,6 +372,11 @@ class _ViewRenderer(MarkdownRenderer):
         spec = (el.get("list") or "").strip()
         item_type, list_id = list_spec(spec)
         self._claim_id(list_id, f'list="{spec}"')
+        if list_id in self.indexed:
+            raise fault(
+                f'list="{spec}": the id "{list_id}" is already used by an entity {list_id}[…] '
+                "in this view; list and entity ids must be unique within a view"
+            )
         self.lists[list_id] = item_type
         title = collapse(el.get("title")) or list_id
         level = min(max(self.heading + 1, 3), 6)

@@ -1,0 +1,328 @@
+// The generic rendering of a page with no aotui marks (sandbox/web_generic.py says how it is used).
+// Evaluated by sandbox/web_generic.py in an isolated world of the page: the page's own scripts
+// share its DOM but never see this object, its ids or its WeakMap, so a page cannot forge or
+// redirect a ref. It walks the visible DOM and writes marked HTML that sandbox/render.py turns
+// into Markdown: every element an agent can act on becomes entity="control:page[N]", N an id
+// kept for the element's life in this document.
+(() => {
+  "use strict";
+  if (globalThis.__aotuiGeneric) return;
+  const doc = Math.random().toString(36).slice(2, 10);
+  const ids = new WeakMap();
+  const byId = new Map();
+  let next = 0;
+  const MAX_DEPTH = 200;
+  const MAX_NAME = 120;
+  const SKIP = new Set(["SCRIPT", "STYLE", "NOSCRIPT", "TEMPLATE", "HEAD", "META", "LINK", "svg",
+    "SVG", "IFRAME", "OBJECT", "EMBED", "CANVAS", "VIDEO", "AUDIO", "MAP", "DATALIST", "OPTION"]);
+  const KEEP = new Set(["H1", "H2", "H3", "H4", "H5", "H6", "P", "UL", "OL", "LI", "DL", "DT",
+    "DD", "TABLE", "THEAD", "TBODY", "TFOOT", "TR", "TD", "TH", "CAPTION", "BLOCKQUOTE", "PRE",
+    "CODE", "KBD", "SAMP", "STRONG", "B", "EM", "I", "S", "DEL", "BR", "HR", "SECTION",
+    "ARTICLE", "ASIDE", "NAV", "HEADER", "FOOTER", "MAIN", "FORM", "FIELDSET", "LEGEND",
+    "FIGURE", "FIGCAPTION", "DETAILS", "SUMMARY", "ADDRESS"]);
+  const ROLES = new Set(["button", "link", "checkbox", "radio", "switch", "tab", "menuitem",
+    "menuitemcheckbox", "menuitemradio", "option", "textbox", "searchbox", "combobox",
+    "slider", "spinbutton", "treeitem"]);
+  const TEXT_INPUTS = new Set(["text", "search", "email", "url", "tel", "password", "number",
+    "date", "time", "datetime-local", "month", "week", "color", "range"]);
+
+  // Descendants that are controls of their own: a container holding one is not itself a control.
+  const INNER = "a[href], button, input, select, textarea, [role], [tabindex], [contenteditable]";
+  const escText = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const escAttr = (s) => escText(s).replace(/"/g, "&quot;");
+  const clip = (s) => {
+    const t = s.replace(/\s+/g, " ").trim();
+    return t.length > MAX_NAME ? t.slice(0, MAX_NAME - 1) + "…" : t;
+  };
+
+  function idOf(el) {
+    let id = ids.get(el);
+    if (id === undefined) {
+      id = next++;
+      ids.set(el, id);
+      byId.set(id, new WeakRef(el));
+    }
+    return id;
+  }
+
+  function hidden(el, style) {
+    if (el.getAttribute("aria-hidden") === "true" || el.hidden) return true;
+    if (style.display === "none" || style.visibility === "hidden" ||
+        style.visibility === "collapse" || style.contentVisibility === "hidden") return true;
+    return false;
+  }
+
+  function zeroArea(el) {
+    const r = el.getBoundingClientRect();
+    return r.width * r.height === 0;
+  }
+
+  function role(el) {
+    const explicit = (el.getAttribute("role") || "").trim().split(/\s+/)[0];
+    if (ROLES.has(explicit)) return explicit;
+    const tag = el.tagName;
+    if (tag === "A" && el.hasAttribute("href")) return "link";
+    if (tag === "BUTTON" || tag === "SUMMARY") return "button";
+    if (tag === "SELECT") return "combobox";
+    if (tag === "TEXTAREA") return "textbox";
+    if (tag === "INPUT") {
+      const type = (el.type || "text").toLowerCase();
+      if (type === "hidden") return "";
+      if (type === "checkbox" || type === "radio") return type;
+      if (["button", "submit", "reset", "image", "file"].includes(type)) return "button";
+      return "textbox";
+    }
+    if (el.isContentEditable && !(el.parentElement && el.parentElement.isContentEditable)) {
+      return "textbox";
+    }
+    if (el.tabIndex >= 0 && el.hasAttribute("tabindex") && !el.querySelector(INNER)) {
+      return "button";
+    }
+    return "";
+  }
+
+  function pointer(el, style) {
+    // What a user would click though nothing declares it: the element whose pointer cursor
+    // starts here (its parent's is not a pointer), the usual sign of a click listener.
+    if (style.cursor !== "pointer" || ["LABEL", "INPUT"].includes(el.tagName)) return false;
+    const up = el.parentElement;
+    return (!up || getComputedStyle(up).cursor !== "pointer") && !el.querySelector(INNER);
+  }
+
+  function labelsOf(el) {
+    const by = el.getAttribute("aria-labelledby");
+    if (by) {
+      const text = by.split(/\s+/).map((i) => document.getElementById(i))
+        .filter(Boolean).map((n) => n.textContent).join(" ");
+      if (text.trim()) return clip(text);
+    }
+    const aria = el.getAttribute("aria-label");
+    if (aria && aria.trim()) return clip(aria);
+    if (el.labels && el.labels.length) {
+      const text = Array.from(el.labels).map((l) => l.textContent).join(" ");
+      if (text.trim()) return clip(text);
+    }
+    return "";
+  }
+
+  function nameOf(el) {
+    const box = el.tagName === "INPUT" && ["checkbox", "radio"].includes(el.type);
+    return labelsOf(el) || clip(el.getAttribute("title") || "") ||
+      clip(el.getAttribute("placeholder") || "") ||
+      clip(el.innerText || (box ? "" : el.value) || "") ||
+      clip((el.querySelector && el.querySelector("img[alt]") || {}).alt || "");
+  }
+
+  function checked(el) {
+    if (el.tagName === "INPUT") return el.checked;
+    return el.getAttribute("aria-checked") === "true" || el.getAttribute("aria-pressed") === "true";
+  }
+
+  // The control's own markup: what sandbox/controls.py shows as its state.
+  function controlInner(el, r, walkChildren) {
+    const tag = el.tagName;
+    const name = labelsOf(el);
+    if (tag === "INPUT" && (r === "checkbox" || r === "radio")) {
+      const box = `<input type="${r}"${el.checked ? " checked" : ""}>`;
+      return name ? `${box} ${escText(name)}` : box;
+    }
+    if (tag === "INPUT" && r === "textbox") {
+      const type = (el.type || "text").toLowerCase();
+      const shown = TEXT_INPUTS.has(type) ? type : "text";
+      return `<input type="${shown}" name="${escAttr(name)}" placeholder="${escAttr(
+        clip(el.getAttribute("placeholder") || ""))}" value="${escAttr(el.value || "")}">`;
+    }
+    if (tag === "INPUT") return escText(clip(el.value || el.alt || name || r));
+    if (tag === "TEXTAREA") {
+      return `<textarea name="${escAttr(name)}" placeholder="${escAttr(
+        clip(el.getAttribute("placeholder") || ""))}">${escText(el.value || "")}</textarea>`;
+    }
+    if (tag === "SELECT") {
+      const options = Array.from(el.options).map((o) =>
+        `<option${o.selected ? " selected" : ""}>${escText(clip(o.label || o.text))}</option>`);
+      return `<select name="${escAttr(name)}"${el.multiple ? " multiple" : ""}>` +
+        `${options.join("")}</select>`;
+    }
+    if (r === "checkbox" || r === "radio" || r === "switch") {
+      const box = checked(el) ? "[x]" : "[ ]";
+      return `${box} ${escText(nameOf(el))}`;
+    }
+    if (r === "textbox") {
+      return `<input type="text" placeholder="${escAttr(name)}" value="${escAttr(
+        clip(el.innerText || ""))}">`;
+    }
+    const inner = walkChildren();
+    if (inner.replace(/<[^>]*>/g, "").trim()) return inner;
+    return escText(nameOf(el) || r);
+  }
+
+  function render() {
+    const live = new Set();
+    let depth = 0;
+
+    function control(el, r, childrenOf) {
+      const id = idOf(el);
+      live.add(id);
+      const value = JSON.stringify({ doc, role: r, name: nameOf(el) });
+      const inner = controlInner(el, r, childrenOf);
+      return `<span entity="control:page[${id}]" data-value="${escAttr(value)}">${inner}</span>`;
+    }
+
+    function children(el, inControl) {
+      let out = "";
+      const kids = el.shadowRoot ? [...el.shadowRoot.childNodes, ...el.childNodes] : el.childNodes;
+      for (const child of kids) out += node(child, inControl);
+      return out;
+    }
+
+    function node(n, inControl) {
+      if (n.nodeType === Node.TEXT_NODE) return escText(n.data);
+      if (n.nodeType !== Node.ELEMENT_NODE) return "";
+      const el = n;
+      const tag = el.tagName;
+      if (SKIP.has(tag) || depth > MAX_DEPTH) return "";
+      const style = getComputedStyle(el);
+      if (hidden(el, style)) return "";
+      if (style.display === "contents") return children(el, inControl);
+      const area = !zeroArea(el);
+      let r = inControl ? "" : role(el);
+      if (tag === "LABEL" && el.control && !inControl) {
+        // A label whose control shows names it there; a label of a hidden control (a styled
+        // checkbox) is what a user clicks, and shows the control's state.
+        const target = el.control;
+        const ts = getComputedStyle(target);
+        const shown = !hidden(target, ts) && !zeroArea(target);
+        // Its text is the control's name: the control stands for both.
+        if (shown && el.contains(target)) return node(target, false);
+        if (shown) return "";
+        if (!area) return "";
+        const id = idOf(el);
+        live.add(id);
+        const state = ["checkbox", "radio"].includes(target.type) ?
+          (target.checked ? "[x] " : "[ ] ") : "";
+        const value = JSON.stringify({ doc, role: "label", name: clip(el.textContent) });
+        return `<span entity="control:page[${id}]" data-value="${escAttr(value)}">${state}` +
+          `${escText(clip(el.textContent))}</span>`;
+      }
+      if (!r && !inControl && area && pointer(el, style)) r = "button";
+      depth++;
+      try {
+        if (r) {
+          if (!area) return "";
+          return control(el, r, () => children(el, true));
+        }
+        if (tag === "IMG") {
+          const alt = clip(el.getAttribute("alt") || "");
+          return alt && area ? `<img alt="${escAttr(alt)}">` : "";
+        }
+        if (tag === "DIALOG" || ["dialog", "alertdialog"].includes(el.getAttribute("role"))) {
+          const name = labelsOf(el);
+          return `<div><p>Dialog${name ? ": " + escText(name) : ""}</p>${children(el, inControl)}</div>`;
+        }
+        const inner = children(el, inControl);
+        if (!area && !inner.trim()) return "";
+        if (KEEP.has(tag)) {
+          const lower = tag.toLowerCase();
+          if (tag === "BR" || tag === "HR") return `<${lower}>`;
+          return `<${lower}>${inner}</${lower}>`;
+        }
+        if (tag === "A") return inner;
+        const inline = style.display.startsWith("inline");
+        return inline ? `<span>${inner}</span>` : `<div>${inner}</div>`;
+      } finally {
+        depth--;
+      }
+    }
+
+    const body = document.body ? node(document.body, false) : "";
+    if (byId.size > 2 * live.size + 256) {
+      for (const [id, ref] of byId) if (!live.has(id) && !ref.deref()) byId.delete(id);
+    }
+    const title = clip((document.title || "").replace(/["<>]/g, "")) || "Page";
+    return { title, body, url: location.href };
+  }
+
+  // The element behind an id, if it is still in the document and shown; else null.
+  function element(id, seenDoc) {
+    if (seenDoc !== undefined && seenDoc !== doc) return null;
+    const ref = byId.get(id);
+    const el = ref && ref.deref();
+    if (!el || !el.isConnected) return null;
+    for (let up = el; up; up = up.parentElement) {
+      if (hidden(up, getComputedStyle(up))) return null;
+    }
+    return el;
+  }
+
+  // Scroll the element into view and say where a click lands on it.
+  function point(el) {
+    el.scrollIntoView({ block: "center", inline: "center", behavior: "instant" });
+    const r = el.getBoundingClientRect();
+    if (r.width * r.height === 0) return null;
+    const x = r.left + r.width / 2;
+    const y = r.top + r.height / 2;
+    const hit = document.elementFromPoint(x, y);
+    const reaches = hit && (hit === el || el.contains(hit) || (hit.control === el) ||
+      (el.labels && Array.from(el.labels).some((l) => l === hit || l.contains(hit))));
+    return { x, y, reaches: !!reaches };
+  }
+
+  // Resolves once the DOM has not changed for two animation frames and a quiet window.
+  function settle(quietMs, timeoutMs) {
+    return new Promise((resolve) => {
+      const start = performance.now();
+      let last = start;
+      let frames = 0;
+      const observer = new MutationObserver(() => { last = performance.now(); frames = 0; });
+      observer.observe(document, { subtree: true, childList: true, attributes: true,
+        characterData: true });
+      const tick = () => {
+        const now = performance.now();
+        frames++;
+        if (frames >= 2 && now - last >= quietMs) {
+          observer.disconnect();
+          resolve(true);
+        } else if (now - start >= timeoutMs) {
+          observer.disconnect();
+          resolve(false);
+        } else {
+          // rAF does not run in a page that is not drawn; a timer keeps the wait bounded.
+          let done = false;
+          const once = () => { if (!done) { done = true; tick(); } };
+          requestAnimationFrame(once);
+          setTimeout(once, Math.max(16, quietMs / 2));
+        }
+      };
+      tick();
+    });
+  }
+
+  function choose(el, wanted) {
+    if (el.tagName !== "SELECT") return null;
+    const want = String(wanted).trim().toLowerCase();
+    const found = Array.from(el.options).find((o) => o.value.toLowerCase() === want) ||
+      Array.from(el.options).find((o) => clip(o.label || o.text).toLowerCase() === want);
+    if (!found) return { options: Array.from(el.options).map((o) => clip(o.label || o.text)) };
+    el.value = found.value;
+    found.selected = true;
+    el.dispatchEvent(new Event("input", { bubbles: true }));
+    el.dispatchEvent(new Event("change", { bubbles: true }));
+    return { chosen: clip(found.label || found.text) };
+  }
+
+  function clear(el) {
+    el.focus();
+    if ("select" in el && typeof el.select === "function" && "value" in el) {
+      el.select();
+    } else {
+      const range = document.createRange();
+      range.selectNodeContents(el);
+      const sel = getSelection();
+      sel.removeAllRanges();
+      sel.addRange(range);
+    }
+  }
+
+  globalThis.__aotuiGeneric = { doc, render, element, point, settle, choose, clear, checked,
+    role, nameOf };
+})();

@@ -1,0 +1,384 @@
+"""The generic rendering of a page with no aotui marks (issue 22; the Browser app of issue 23).
+
+A real headless browser reads pages a loopback server of the test serves; the agent's side is the
+desktop's own: each command is parsed by the command grammar, its refs resolved by the registry's
+resolver against the view as last rendered, and the call handed to ``GenericPage.handle``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aotui.protocol.args import coerce_args, parse_arg_schema
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.grammar import parse_commands
+from aotui.sandbox import browser
+from aotui.sandbox.render import RenderedView, render_view
+from aotui.sandbox.sdk import OperationCall
+from aotui.sandbox.web_generic import GenericPage
+from aotui.supervisor.desktop.desktop import _resolver
+
+pytestmark = pytest.mark.skipif(
+    browser.find_browser() is None,
+    reason=f"no headless browser installed ({browser.INSTALL_HINT})",
+)
+
+#: The npm package of the TodoMVC apps, and where `make test` (and CI) leave its tarball.
+TODOMVC = "todomvc@0.1.1"
+TODOMVC_TARBALL = Path(__file__).resolve().parents[1] / ".venv" / "todomvc-0.1.1.tgz"
+REF = re.compile(r"\(control:(page\[[0-9]+\])\)")
+FRAMEWORKS = ("vanillajs", "react", "backbone", "angularjs", "emberjs")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def served(directory: Path) -> Iterator[str]:
+    """``directory`` served on a loopback port the kernel picks; its base URL."""
+    handler = functools.partial(_Quiet, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[browser.Browser]:
+    """A browser of this test's own (unconfined: the sandbox has suites of its own)."""
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    b = browser.launch(str(profile))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+class Agent:
+    """Reads a page as the desktop shows it and acts on it through desktop commands only."""
+
+    def __init__(self, b: browser.Browser, url: str) -> None:
+        self.pipe = b.pipe
+        target = b.pipe.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        reply = b.pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True})
+        self.session: str = reply["sessionId"]
+        self.pipe.call("Page.enable", session=self.session)
+        self.page = GenericPage(b.pipe, self.session)
+        self.seen: RenderedView | None = None
+        self.navigate(url)
+
+    def navigate(self, url: str) -> None:
+        self.pipe.call("Page.navigate", {"url": url}, session=self.session)
+        self.pipe.wait_event("Page.loadEventFired", session=self.session, timeout_s=30)
+        self.page._settle("loading")
+
+    def pull(self) -> str:
+        """The page's Markdown; its refs are what the next command resolves against."""
+        self.seen = render_view(self.page.render())
+        return self.seen.markdown
+
+    def run(self, text: str) -> Any:
+        """``text`` (one execute command, no context) as the desktop would run it."""
+        assert self.seen is not None, "pull before acting, as an agent does"
+        (command,) = parse_commands(
+            f'<context app_id="app_0" view_id="view_0">execute {text}</context>'
+        )
+        spec = next(op for op in self.seen.operations if op.op_id == command.target)
+        coerced = coerce_args(
+            # The registry's resolver reads refs, keys and ref_types: a rendered view has them.
+            parse_arg_schema(spec.args),
+            command.args,
+            _resolver(self.seen, "view_0"),  # type: ignore[arg-type]
+        )
+        call = OperationCall(command.target, coerced.args, coerced.stable_keys)
+        return self.page.handle(call)
+
+    def ref(self, role: str, name: str = "") -> str:
+        """The ref of the control the agent sees with ``role`` (and ``name``)."""
+        assert self.seen is not None
+        for ref, value in self.seen.refs.items():
+            if value and value["role"] == role and (not name or value["name"] == name):
+                return ref
+        raise AssertionError(f"no {role} {name!r} in:\n{self.seen.markdown}")
+
+    def evaluate(self, expression: str) -> Any:
+        reply = self.pipe.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=self.session,
+        )
+        return reply["result"].get("value")
+
+
+def item_ref(markdown: str, text: str) -> str:
+    """The ref on the line of ``text``, or on the item line just above it (a nested block)."""
+    lines = markdown.splitlines()
+    for at, line in enumerate(lines):
+        if text in line:
+            found = REF.findall(line) or REF.findall(lines[at - 1])
+            assert found, f"no ref by {text!r} in:\n{markdown}"
+            return str(found[-1])
+    raise AssertionError(f"no {text!r} in:\n{markdown}")
+
+
+def page(tmp_path: Path, body: str, head: str = "") -> Path:
+    """A directory holding ``index.html`` with ``body``."""
+    root = tmp_path / "site"
+    root.mkdir(exist_ok=True)
+    html = f"<!doctype html><html><head><title>Shop</title>{head}</head><body>{body}</body></html>"
+    (root / "index.html").write_text(html)
+    return root
+
+
+# --- the renderer's one extension -----------------------------------------------------------------
+
+
+def test_an_indexed_entity_is_a_ref_like_an_item_and_cannot_share_a_lists_name() -> None:
+    view = render_view(
+        '<section view="P"><p>Hi <button entity="control:page[12]" data-value=\'{"n": 1}\'>'
+        "Sign in</button></p></section>"
+    )
+    assert view.markdown == "Hi [Sign in](control:page[12])\n"
+    assert (view.refs, view.keys, view.ref_types) == (
+        {"page[12]": {"n": 1}},
+        {"page[12]": "page[12]"},
+        {"page[12]": "control"},
+    )
+    for html in (
+        '<b entity="c:x[1]">a</b><ul list="t[]:x"><li key="k">a</li></ul>',
+        '<ul list="t[]:x"><li key="k">a</li></ul><b entity="c:x[0]">a</b>',
+    ):
+        html = f'<section view="P">{html}</section>'
+        with pytest.raises(AotuiError, match='"x'):
+            render_view(html)
+    with pytest.raises(AotuiError, match="is not valid"):
+        render_view('<section view="P"><b entity="c:x[01]">a</b></section>')
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+SHOP = """
+<h1>Shop</h1>
+<p>Welcome <strong>back</strong>. <a href="/help">Help</a></p>
+<div style="display:none"><button>Hidden by display</button></div>
+<div aria-hidden="true"><button>Hidden from readers</button></div>
+<p style="visibility:hidden">Invisible text</p>
+<button style="width:0;height:0;padding:0;border:0;overflow:hidden">Zero</button>
+<form>
+  <label for="q">Search</label><input id="q" name="q">
+  <label><input type="checkbox" name="gift" checked> Gift wrap</label>
+  <label><input type="radio" name="ship" value="fast"> Fast</label>
+  <label><input type="radio" name="ship" value="slow" checked> Slow</label>
+  <select aria-label="Size"><option>S</option><option selected>M</option></select>
+  <textarea placeholder="Notes"></textarea>
+  <button type="button">Sign in</button>
+</form>
+<table><tr><th>Item</th><th>Price</th></tr><tr><td>Tea</td><td>3</td></tr></table>
+<ul><li>One</li><li>Two</li></ul>
+<dialog open aria-label="Cookies"><p>Accept?</p><button>OK</button></dialog>
+<div id="fake" style="cursor:pointer">Div button</div>
+<script>document.getElementById("q").value = "typed by the page";</script>
+"""
+
+
+def test_a_page_reads_as_markdown_of_its_visible_structure_with_refs(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    with served(page(tmp_path, SHOP)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        markdown = agent.pull()
+    body = markdown.split("#### Operations")[0]
+    assert body == (
+        "# Shop\n\n"
+        "Welcome **back**. [Help](control:page[0])\n\n"
+        '[[input name="Search" value="typed by the page"]](control:page[1])'
+        " [[x] Gift wrap](control:page[2]) [( ) Fast](control:page[3])"
+        ' [(x) Slow](control:page[4]) [[select name="Size": S | M (selected)]](control:page[5])'
+        ' [[textarea placeholder="Notes"]](control:page[6]) [Sign in](control:page[7])\n\n'
+        "| Item | Price |\n| --- | --- |\n| Tea | 3 |\n\n"
+        "- One\n- Two\n\n"
+        "Dialog: Cookies\n\nAccept?\n\n[OK](control:page[8])\n\n"
+        "[Div button](control:page[9])\n\n"
+    )
+    for gone in ("Hidden", "Invisible", "Zero"):
+        assert gone not in markdown
+    assert [op.op_id for op in agent.seen.operations] == [  # type: ignore[union-attr]
+        "click", "type", "select", "check", "press", "scroll",
+    ]  # fmt: skip
+
+
+def test_a_ref_stays_with_its_element_and_a_gone_one_is_stale_never_another(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    body = '<div id="box"><button id="a" onclick="this.textContent += \'!\'">A</button></div>'
+    with served(page(tmp_path, body)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        assert "[A](control:page[0])" in agent.pull()
+        # A new element before it: the agent's ref still means A, in every later pull too.
+        agent.evaluate("box.insertAdjacentHTML('afterbegin', '<button id=b>B</button>')")
+        assert agent.run("click --target page[0]") is None
+        assert agent.evaluate("a.textContent") == "A!"
+        assert "[B](control:page[1])[A!](control:page[0])" in agent.pull()
+        # A removed, an element of the same kind in its place: the old ref is refused.
+        agent.evaluate("a.remove(); box.insertAdjacentHTML('beforeend', '<button>A</button>')")
+        with pytest.raises(AotuiError) as stale:
+            agent.run("click --target page[0]")
+        assert stale.value.code is ErrorCode.E_STALE_STATE
+        assert 'page[0] (the button "A!" you read) is no longer on the page' in stale.value.message
+        # Hidden counts as gone.
+        agent.pull()
+        agent.evaluate("document.querySelector('#b').style.display = 'none'")
+        with pytest.raises(AotuiError, match="no longer on the page"):
+            agent.run("click --target page[1]")
+        # A new document numbers its elements from 0 again: a ref read in the old one is stale.
+        agent.navigate(f"{base}/index.html")
+        agent.pull()
+        read = agent.seen
+        agent.navigate(f"{base}/index.html")
+        agent.seen = read
+        with pytest.raises(AotuiError, match=r"page\[0\] \(the button \"A\" you read\)"):
+            agent.run("click --target page[0]")
+        assert agent.evaluate("a.textContent") == "A"
+
+
+EVENTS = """
+<input id="name"><select id="size"><option value="s">Small</option><option value="m">Medium</option>
+</select><input type="checkbox" id="ok" aria-label="Agree"><button id="go">Go</button>
+<div style="height:3000px"></div><p id="end">End</p>
+<script>
+window.log = [];
+for (const kind of ["click", "keydown", "keyup", "input", "change"]) {
+  document.addEventListener(kind, (e) => log.push(
+    `${kind}:${e.target.id}:${e.isTrusted}${e.key ? ":" + e.key : ""}`), true);
+}
+</script>
+"""
+
+
+def test_the_operations_reach_the_page_as_trusted_events(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    with served(page(tmp_path, EVENTS)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        agent.pull()
+        name, size = agent.ref("textbox"), agent.ref("combobox")
+        ok, go = agent.ref("checkbox", "Agree"), agent.ref("button", "Go")
+        agent.run(f"type --target {name} --text 'Ada' --submit")
+        agent.run(f"type --target {name} --text 'Ada Lovelace'")
+        agent.run(f"select --target {size} --value Medium")
+        agent.run(f"check --target {ok}")
+        agent.run(f"check --target {ok}")  # already checked: nothing happens
+        agent.run(f"click --target {go}")
+        agent.run(f"press --key Tab --target {go}")
+        assert agent.evaluate(
+            "['name', 'size', 'ok'].map((i) => document.getElementById(i))"
+            ".map((e) => e.type === 'checkbox' ? e.checked : e.value)"
+        ) == ["Ada Lovelace", "m", True]
+        log = agent.evaluate("log")
+        assert "input:name:true" in log
+        assert "keydown:name:true:Enter" in log
+        assert log.count("click:ok:true") == 1
+        assert "click:go:true" in log
+        assert "keydown:go:true:Tab" in log
+        assert "change:size:false" in log  # a select's list is drawn by the browser, not the page
+        agent.run("scroll --direction bottom")
+        assert agent.evaluate("scrollY") > 1000
+        agent.pull()
+        with pytest.raises(AotuiError, match="has no option 'Large'") as bad:
+            agent.run(f"select --target {size} --value Large")
+        assert bad.value.code is ErrorCode.E_INVALID_CMD
+        with pytest.raises(AotuiError, match="not one of down, up, top, bottom"):
+            agent.run("scroll --direction sideways")
+        with pytest.raises(AotuiError, match="'Hyper' is not a modifier"):
+            agent.run("press --key Hyper+a")
+
+
+def test_a_page_that_never_settles_is_a_timeout_naming_it(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    spin = "setInterval(() => document.body.dataset.n = Math.random(), 5)"
+    body = f'<button onclick="{spin}">Spin</button>'
+    with served(page(tmp_path, body)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        agent.page.settle_timeout_s = 0.5
+        agent.pull()
+        with pytest.raises(AotuiError, match="the page never settled after click") as late:
+            agent.run("click --target page[0]")
+        assert late.value.code is ErrorCode.E_TIMEOUT
+
+
+# --- TodoMVC ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def todomvc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The npm package's examples, unpacked; fetched with `npm pack` when not cached."""
+    tarball = Path(os.environ.get("AOTUI_TODOMVC_TARBALL", TODOMVC_TARBALL))
+    if not tarball.is_file():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip(f"npm is not installed to fetch {TODOMVC} (apt-get install npm)")
+        where = tmp_path_factory.mktemp("npm")
+        subprocess.run(
+            [npm, "pack", TODOMVC, "--pack-destination", str(where), "--silent"],
+            check=True,
+            timeout=300,
+            capture_output=True,
+        )
+        tarball = next(where.glob("todomvc-*.tgz"))
+    root = tmp_path_factory.mktemp("todomvc")
+    with tarfile.open(tarball) as archive:
+        archive.extractall(root, filter="data")
+    return root / "package" / "examples"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_todomvc_add_three_complete_one_filter_active(
+    framework: str, todomvc: Path, chromium: browser.Browser
+) -> None:
+    with served(todomvc / framework) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        first = agent.pull()
+        assert "# todos" in first
+        new = agent.ref("textbox")
+        for todo in ("buy milk", "walk the dog", "write code"):
+            agent.run(f"type --target {new} --text '{todo}' --submit")
+            agent.pull()  # some frameworks draw the field anew: read its ref again
+            new = agent.ref("textbox")
+        listed = agent.pull()
+        assert all(todo in listed for todo in ("buy milk", "walk the dog", "write code"))
+        assert "**3** items left" in listed
+        box = item_ref(listed, "walk the dog")
+        agent.run(f"check --target {box}")
+        done = agent.pull()
+        assert "**2** items left" in done
+        assert "Clear completed (1)" in done
+        changed = agent.run(f"click --target {agent.ref('link', 'Active')}")
+        assert changed == {"url": f"{base}/index.html#/active"}
+        active = agent.pull()
+        assert "buy milk" in active
+        assert "write code" in active
+        assert "walk the dog" not in active
+        assert "**2** items left" in active
