@@ -27,8 +27,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The TodoMVC apps tests/test_web_generic.py runs as third-party pages, fetched once from npm
+# (no network while the tests run); without npm those tests fetch nothing and are skipped.
+TODOMVC := $(VENV)/todomvc-0.1.1.tgz
+$(TODOMVC): | $(STAMP)
+	if command -v npm >/dev/null; then cd $(VENV) && npm pack todomvc@0.1.1 --silent >/dev/null; \
+	else echo "npm not found: the TodoMVC tests will be skipped (apt-get install npm)"; fi
+
 # Two test processes; a file's tests stay on one of them (its module fixtures run once).
-test: lint
+test: lint $(TODOMVC)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(STAMP)
