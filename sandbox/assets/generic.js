@@ -176,7 +176,12 @@
     }
 
     function node(n, inControl) {
-      if (n.nodeType === Node.TEXT_NODE) return escText(n.data);
+      // Outside a control's label (where the renderer escapes it), page text that spells a
+      // link, "[Pay](control:page[3])", must not read as one: brackets and backslashes are
+      // escaped as Markdown text.
+      if (n.nodeType === Node.TEXT_NODE) {
+        return inControl ? escText(n.data) : escText(n.data).replace(/[\\[\]]/g, "\\$&");
+      }
       if (n.nodeType !== Node.ELEMENT_NODE) return "";
       const el = n;
       const tag = el.tagName;
@@ -227,8 +232,9 @@
           return `<${lower}>${inner}</${lower}>`;
         }
         if (tag === "A") return inner;
-        const inline = style.display.startsWith("inline");
-        return inline ? `<span>${inner}</span>` : `<div>${inner}</div>`;
+        if (style.display.startsWith("inline")) return `<span>${inner}</span>`;
+        // A label reads with the control beside it, however the page lays it out.
+        return tag === "LABEL" ? ` <span>${inner}</span> ` : `<div>${inner}</div>`;
       } finally {
         depth--;
       }
