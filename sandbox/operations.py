@@ -55,10 +55,7 @@ class Ref(Generic[ItemT]):
 class _Declared:
     """What the decorator records on the method; the signature is read on first use."""
 
-    op_id: str | None
     label: str | None
-    #: A handler of the first SDK, ``handler(call)``: its view declares the markup by hand.
-    legacy: bool
     #: The desktop asks the user before running it (``@operation(confirm=True)``).
     confirm: bool = False
 
@@ -86,7 +83,6 @@ class OperationDef:
     #: The method's name on the view class.
     attr: str
     params: tuple[_Param, ...]
-    legacy: bool = False
     #: The desktop asks the user before running it.
     confirm: bool = False
 
@@ -141,26 +137,29 @@ def _typed(param: _Param, value: Any) -> Any:
 def operation(handler: HandlerT, /) -> HandlerT: ...
 @overload
 def operation(
-    op_id: str | None = None, /, *, label: str | None = None, confirm: bool = False
+    *, label: str | None = None, confirm: bool = False
 ) -> Callable[[HandlerT], HandlerT]: ...
 
 
 def operation(target: Any = None, /, *, label: str | None = None, confirm: bool = False) -> Any:
-    """Declare a :class:`~aotui.sandbox.sdk.View` method as an operation.
+    """Declare a :class:`~aotui.sandbox.sdk.View` method (or an app's event) as an operation.
 
     ``@operation`` alone: the id is the method's name, the label its words capitalised
-    (``add_note`` → ``Add Note``); ``@operation(label="Add")`` names the label. The first SDK's
-    ``@operation("op_id")``, whose handler takes an ``OperationCall`` and whose view writes the
-    markup by hand, still works for existing apps. ``confirm=True``: the desktop asks the user
-    before running it (its button carries ``confirm``; a legacy view writes that by hand).
+    (``add_note`` → ``Add Note``); ``@operation(label="Add")`` names the label.
+    ``confirm=True``: the desktop asks the user before running it (its button carries
+    ``confirm``; a view that writes its markup by hand writes that too).
     """
     if callable(target):
-        setattr(target, _MARK, _Declared(None, label, legacy=False))
+        setattr(target, _MARK, _Declared(label))
         return target
+    if target is not None:
+        raise TypeError(
+            f"@operation({target!r}) is the first SDK's form, which is gone: the method's name is "
+            f"the operation's id, and its typed parameters are the arguments (docs/apps.md §3)"
+        )
 
     def mark(handler: HandlerT) -> HandlerT:
-        declared = _Declared(target, label, legacy=target is not None, confirm=confirm)
-        setattr(handler, _MARK, declared)
+        setattr(handler, _MARK, _Declared(label, confirm=confirm))
         return handler
 
     return mark
@@ -173,7 +172,7 @@ def marked_handlers(cls: type) -> dict[str, str]:
         for attr, value in vars(base).items():
             declared = getattr(value, _MARK, None)
             if isinstance(declared, _Declared):
-                found[declared.op_id or attr] = attr
+                found[attr] = attr
     return found
 
 
@@ -196,10 +195,6 @@ def _define(cls: type, op_id: str, attr: str) -> OperationDef:
     label = declared.label or " ".join(word.capitalize() for word in op_id.split("_") if word)
     doc = (inspect.getdoc(handler) or "").strip().split("\n\n")[0]
     description = " ".join(doc.split()).removesuffix(".")
-    if declared.legacy:
-        return OperationDef(
-            op_id, label, description, ArgSchema(), attr, (), True, declared.confirm
-        )
     where = f"{cls.__name__}.{attr}"
     try:
         hints = typing.get_type_hints(handler)

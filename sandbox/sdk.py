@@ -223,7 +223,7 @@ class View(Generic[AppT]):
 
     def _button(self, op_id: str, label: str | None) -> Markup:
         found = self.operations_declared().get(op_id)
-        if found is None or found.legacy:
+        if found is None:
             known = ", ".join(self.operations_declared()) or "none"
             raise LookupError(f"{type(self).__name__} has no typed operation {op_id!r} ({known})")
         pairs = (
@@ -240,7 +240,7 @@ class View(Generic[AppT]):
         cached = cache.get(("", None))
         if cached is None:
             ops = self.operations_declared().values()
-            cached = Markup("\n").join(self.button(op.op_id) for op in ops if not op.legacy)
+            cached = Markup("\n").join(self.button(op.op_id) for op in ops)
             cache["", None] = cached
         return cached
 
@@ -258,8 +258,6 @@ class View(Generic[AppT]):
             raise LookupError(f"view {self.key!r} has no handler for operation {call.operation!r}")
         handler = getattr(self, attr)
         definition = self.operations_declared()[call.operation]
-        if definition.legacy:
-            return handler(call)
         return handler(**definition.arguments(call.args, call.stable_keys))
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -361,7 +359,7 @@ class App:
         """
         attr = marked_handlers(type(self)).get(call.operation)
         definition = declared_operations(type(self)).get(call.operation)
-        if attr is None or definition is None or definition.legacy:
+        if attr is None or definition is None:
             raise LookupError(f"{type(self).__name__} does not accept event {call.operation!r}")
         return getattr(self, attr)(**definition.arguments(call.args, call.stable_keys))
 

@@ -333,7 +333,7 @@ def test_kill_supervisor_then_up(tmp_path: Path) -> None:
 
 
 SAVER = """
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class SaverView(View):
@@ -341,9 +341,9 @@ class SaverView(View):
         return ('<section view="Saver"><button operation="save" args=\\'{"name": "string"}\\'>'
                 'Save</button></section>')
 
-    @operation("save")
-    def save(self, call: OperationCall) -> str:
-        with open(GRANT + "/" + call.args["name"], "w") as handle:
+    @operation
+    def save(self, name: str) -> str:
+        with open(GRANT + "/" + name, "w") as handle:
             handle.write("x" * 4096)
         return "saved"
 

@@ -19,14 +19,16 @@ class Plain(View[Any]):
     def render(self) -> str:
         return '<section view="Plain"></section>'
 
-    @operation("poke")
-    def poke(self, call: OperationCall) -> str:
-        return f"poked {call.args['n']}"
+    @operation
+    def poke(self, n: int) -> str:
+        """Poke."""
+        return f"poked {n}"
 
 
 class Child(Plain):
-    @operation("prod")
-    def prod(self, call: OperationCall) -> str:
+    @operation
+    def prod(self) -> str:
+        """Prod."""
         return "prodded"
 
 
@@ -244,10 +246,34 @@ def test_an_unsupported_parameter_type_is_named(signature: str, message: str) ->
         Board().add_view(bad("bad")).render()
 
 
-def test_the_first_sdks_handlers_still_dispatch() -> None:
+def test_the_first_sdks_operation_form_is_refused_with_what_to_write() -> None:
     assert Plain("p").handle(OperationCall("poke", {"n": 2})) == "poked 2"
-    with pytest.raises(LookupError, match="no typed operation"):
-        Plain("p").button("poke")
+    with pytest.raises(TypeError, match=r"@operation\('poke'\) is the first SDK's form"):
+        operation("poke")  # type: ignore[call-overload]  # the form issue 24 removed
+    with pytest.raises(LookupError, match="no typed operation 'prod'"):
+        Plain("p").button("prod")
+
+
+def test_an_apps_own_operations_receive_events_typed() -> None:
+    heard: list[str] = []
+
+    class Told(App):
+        def roots(self) -> list[View[Any]]:
+            return [Plain("plain")]
+
+        @operation
+        def user_message(self, text: str) -> int:
+            """What the user said."""
+            heard.append(text)
+            return len(heard)
+
+    app = Told()
+    assert app.handle_event(OperationCall("user_message", {"text": "hi"})) == 1
+    assert heard == ["hi"]
+    with pytest.raises(AotuiError, match="--text expects string"):
+        app.handle_event(OperationCall("user_message", {"text": 3}))
+    with pytest.raises(LookupError, match="does not accept event 'other'"):
+        app.handle_event(OperationCall("other", {}))
 
 
 def test_mount_hooks_run_when_the_worker_mounts_and_dismounts() -> None:

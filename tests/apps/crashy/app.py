@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class CrashyView(View):
@@ -18,34 +18,34 @@ class CrashyView(View):
 <button operation="shout" args='{{"text": "string"}}'>Print</button>
 <button operation="spawn">Start a child process</button></section>"""
 
-    @operation("bump")
-    def bump(self, call: OperationCall) -> int:
+    @operation
+    def bump(self) -> int:
         self.app.count += 1  # type: ignore[union-attr]
         return self.app.count  # type: ignore[union-attr]
 
-    @operation("fail")
-    def fail(self, call: OperationCall) -> None:
-        raise ValueError(call.args["message"])
+    @operation
+    def fail(self, message: str) -> None:
+        raise ValueError(message)
 
-    @operation("die")
-    def die(self, call: OperationCall) -> None:
-        os._exit(int(call.args["code"]))
+    @operation
+    def die(self, code: int) -> None:
+        os._exit(int(code))
 
-    @operation("shout")
-    def shout(self, call: OperationCall) -> None:
-        print(f"out: {call.args['text']}", flush=True)
-        print(f"err: {call.args['text']}", file=sys.stderr, flush=True)
+    @operation
+    def shout(self, text: str) -> None:
+        print(f"out: {text}", flush=True)
+        print(f"err: {text}", file=sys.stderr, flush=True)
 
-    @operation("spawn")
-    def spawn(self, call: OperationCall) -> int:
+    @operation
+    def spawn(self) -> int:
         pid = os.fork()
         if pid == 0:  # a child that would outlive everything if nobody killed it
             time.sleep(120)
             os._exit(0)
         return pid
 
-    @operation("forbidden")
-    def forbidden(self, call: OperationCall) -> None:
+    @operation
+    def forbidden(self) -> None:
         raise PermissionError("[Errno 13] Permission denied: '/root/secret'")
 
 

@@ -1,6 +1,6 @@
 """A no-op app: its operation returns at once (used for round-trip benchmarks)."""
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class EchoView(View):
@@ -14,12 +14,12 @@ class EchoView(View):
 <button operation="noop" args='{{"value?": "string"}}'>No-op</button>
 <button operation="bump">Bump</button></section>"""
 
-    @operation("noop")
-    def noop(self, call: OperationCall) -> object:
-        return call.args.get("value")
+    @operation
+    def noop(self, value: str | None = None) -> object:
+        return value
 
-    @operation("bump")
-    def bump(self, call: OperationCall) -> int:
+    @operation
+    def bump(self) -> int:
         self.app.count += 1  # type: ignore[union-attr]
         return self.app.count  # type: ignore[union-attr]
 

@@ -18,7 +18,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 #: The tree the manifest grants for reading and writing: a placeholder each test's copy of the app
 #: replaces with a tree of its own (mode 0777).
@@ -501,12 +501,12 @@ class EscaperView(View):
 <button operation="attempt" args='{"what": "string", "arg?": "string"}'>Attempt</button>
 </section>"""
 
-    @operation("attempt")
-    def attempt(self, call: OperationCall) -> str:
-        what = str(call.args["what"])
+    @operation
+    def attempt(self, what: str, arg: str | None = None) -> str:
+        what = str(what)
         if what not in ATTEMPTS:
             raise LookupError(f"no attempt {what!r}; known: {', '.join(sorted(ATTEMPTS))}")
-        return ATTEMPTS[what](str(call.args.get("arg") or ""))
+        return ATTEMPTS[what](str(arg or ""))
 
 
 class EscaperApp(App):

@@ -4,7 +4,7 @@ render hangs (so every start from that state times out)."""
 import os
 import time
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class FaultyView(View):
@@ -17,18 +17,18 @@ class FaultyView(View):
 <button operation="die_after" args='{{"seconds": "number"}}'>Die later</button>
 <button operation="poison">Store a state that cannot be rendered</button></section>"""
 
-    @operation("bump")
-    def bump(self, call: OperationCall) -> int:
+    @operation
+    def bump(self) -> int:
         self.app.count += 1  # type: ignore[union-attr]
         return self.app.count  # type: ignore[union-attr]
 
-    @operation("die_after")
-    def die_after(self, call: OperationCall) -> None:
-        time.sleep(float(call.args["seconds"]))
+    @operation
+    def die_after(self, seconds: float) -> None:
+        time.sleep(float(seconds))
         os._exit(3)
 
-    @operation("poison")
-    def poison(self, call: OperationCall) -> None:
+    @operation
+    def poison(self) -> None:
         self.app.poisoned = True  # type: ignore[union-attr]
 
 

@@ -2,7 +2,7 @@
 
 import socket
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class FetchView(View):
@@ -11,14 +11,14 @@ class FetchView(View):
 <button operation="get" args='{"url": "string"}'>Get</button>
 <button operation="direct" args='{"port": "integer"}'>Connect directly</button></section>"""
 
-    @operation("get")
-    def get(self, call: OperationCall) -> object:
-        reply = self.app.http("GET", str(call.args["url"]))  # type: ignore[union-attr]
+    @operation
+    def get(self, url: str) -> object:
+        reply = self.app.http("GET", str(url))  # type: ignore[union-attr]
         return {"status": reply.status, "body": reply.text()}
 
-    @operation("direct")
-    def direct(self, call: OperationCall) -> None:
-        with socket.create_connection(("127.0.0.1", int(call.args["port"])), timeout=1):
+    @operation
+    def direct(self, port: int) -> None:
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=1):
             pass
 
 

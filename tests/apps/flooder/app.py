@@ -21,7 +21,7 @@ import zmq
 
 from aotui.protocol import codec
 from aotui.protocol.messages import HttpCall, HttpRequest, LogLevel, LogRecord
-from aotui.sandbox.sdk import App, OperationCall, Timer, View, operation
+from aotui.sandbox.sdk import App, Timer, View, operation
 
 NEWLINES = b"\n" * 65536
 
@@ -32,11 +32,11 @@ class FlooderView(View):
 <button operation="attack" args='{"what": "string", "arg?": "string", "seconds?": "number"}'>
 Attack</button></section>"""
 
-    @operation("attack")
-    def attack(self, call: OperationCall) -> str:
-        what = str(call.args["what"])
-        arg = str(call.args.get("arg") or "")
-        seconds = float(call.args.get("seconds") or 5)
+    @operation
+    def attack(self, what: str, arg: str | None = None, seconds: float | None = None) -> str:
+        what = str(what)
+        arg = str(arg or "")
+        seconds = float(seconds or 5)
         app: FlooderApp = self.app  # type: ignore[assignment]
         if what == "storm":
             app.storm = True

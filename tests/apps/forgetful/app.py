@@ -5,8 +5,9 @@ state, the star is gone although its operation was acknowledged.
 """
 
 import json
+from typing import Literal
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, Ref, View, operation
 
 
 class ItemsView(View):
@@ -22,14 +23,14 @@ class ItemsView(View):
 <button operation="add_item" args='{{"text": "string"}}'>Add</button>
 <button operation="star" args='{{"item": "item"}}'>Star</button></section>"""
 
-    @operation("add_item")
-    def add_item(self, call: OperationCall) -> int:
-        self.app.items.append(str(call.args["text"])[:40])  # type: ignore[union-attr]
+    @operation
+    def add_item(self, text: str) -> int:
+        self.app.items.append(str(text)[:40])  # type: ignore[union-attr]
         return len(self.app.items)  # type: ignore[union-attr]
 
-    @operation("star")
-    def star(self, call: OperationCall) -> None:
-        self.app.starred.add(call.args["item"]["id"])  # type: ignore[union-attr]
+    @operation
+    def star(self, item: Ref[Literal["item"]]) -> None:
+        self.app.starred.add(item.value["id"])  # type: ignore[union-attr]
 
 
 class ForgetfulApp(App):

@@ -1,6 +1,6 @@
 """Keeps every text it is given, so its stored state grows (store-fault and frame-limit tests)."""
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class HoardView(View):
@@ -12,20 +12,20 @@ class HoardView(View):
 <button operation="grow" args='{{"kb": "integer"}}'>Grow</button>
 <button operation="big_result" args='{{"kb": "integer"}}'>Big result</button></section>"""
 
-    @operation("add")
-    def add(self, call: OperationCall) -> int:
-        self.app.items.append(str(call.args["text"]))  # type: ignore[union-attr]
+    @operation
+    def add(self, text: str) -> int:
+        self.app.items.append(str(text))  # type: ignore[union-attr]
         return len(self.app.items)  # type: ignore[union-attr]
 
-    @operation("grow")
-    def grow(self, call: OperationCall) -> int:
-        self.app.items.append("x" * (int(call.args["kb"]) * 1024))  # type: ignore[union-attr]
+    @operation
+    def grow(self, kb: int) -> int:
+        self.app.items.append("x" * (int(kb) * 1024))  # type: ignore[union-attr]
         return len(self.app.items)  # type: ignore[union-attr]
 
-    @operation("big_result")
-    def big_result(self, call: OperationCall) -> str:
+    @operation
+    def big_result(self, kb: int) -> str:
         self.app.items.append("r")  # type: ignore[union-attr]
-        return "y" * (int(call.args["kb"]) * 1024)
+        return "y" * (int(kb) * 1024)
 
 
 class HoardApp(App):

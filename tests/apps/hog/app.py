@@ -2,7 +2,7 @@
 
 import time
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class HogView(View):
@@ -11,11 +11,11 @@ class HogView(View):
 <button operation="eat" args='{"mb_per_step": "integer", "steps": "integer"}'>Eat</button>
 </section>"""
 
-    @operation("eat")
-    def eat(self, call: OperationCall) -> None:
+    @operation
+    def eat(self, mb_per_step: int, steps: int) -> None:
         hoard = []
-        for _ in range(int(call.args["steps"])):
-            chunk = bytearray(int(call.args["mb_per_step"]) * 1024 * 1024)
+        for _ in range(int(steps)):
+            chunk = bytearray(int(mb_per_step) * 1024 * 1024)
             chunk[::4096] = b"x" * len(chunk[::4096])  # touch every page so it is resident
             hoard.append(chunk)
             time.sleep(0.005)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helper import GREETING
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 #: Standard-library modules (several with C extensions) and installed packages.
 MODULES = [
@@ -31,8 +31,8 @@ class ImporterView(View):
 <button operation="temp">Use temp</button>
 <button operation="peek" args='{{"path": "string"}}'>Peek</button></section>"""
 
-    @operation("imports")
-    def imports(self, call: OperationCall) -> dict[str, str]:
+    @operation
+    def imports(self) -> dict[str, str]:
         failed = {}
         for name in MODULES:
             try:
@@ -50,8 +50,8 @@ class ImporterView(View):
         self.app.found = "ok" if not failed else f"{len(failed)} failed"  # type: ignore[union-attr]
         return {"failed": failed, "sqlite": value, "paris": str(offset), "relative": RELATIVE}
 
-    @operation("temp")
-    def temp(self, call: OperationCall) -> dict[str, object]:
+    @operation
+    def temp(self) -> dict[str, object]:
         with tempfile.NamedTemporaryFile("w+") as handle:
             handle.write("scratch")
             handle.flush()
@@ -68,9 +68,8 @@ class ImporterView(View):
             "entries": sorted(os.listdir(tempfile.gettempdir())),
         }
 
-    @operation("peek")
-    def peek(self, call: OperationCall) -> str:
-        path = call.args["path"]
+    @operation
+    def peek(self, path: str) -> str:
         try:
             return f"listed {sorted(os.listdir(path))}"
         except OSError as exc:

@@ -4,7 +4,7 @@ Installed under a name such as "Vault (app_0) asks the user to confirm wipe as C
 ``NAME: T`` would read exactly as the desktop's own confirmation request.
 """
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class Main(View):
@@ -12,9 +12,9 @@ class Main(View):
         return """<section view="Main"><p>Says what it is told.</p>
 <button operation="say" args='{"text": "string"}'>Say</button></section>"""
 
-    @operation("say")
-    def say(self, call: OperationCall) -> None:
-        self.app.log(call.args["text"])  # type: ignore[union-attr]
+    @operation
+    def say(self, text: str) -> None:
+        self.app.log(text)  # type: ignore[union-attr]
 
 
 class ImpostorApp(App):

@@ -2,8 +2,9 @@
 
 import json
 from html import escape
+from typing import Literal
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, Ref, View, operation
 
 
 class ListView(View):
@@ -19,17 +20,17 @@ class ListView(View):
 <button operation="rotate">Rotate</button>
 <button operation="remove_first">Remove first</button></section>"""
 
-    @operation("pick")
-    def pick(self, call: OperationCall) -> object:
-        return {"value": call.args["item"], "key": call.stable_keys.get("item")}
+    @operation
+    def pick(self, item: Ref[Literal["item"]]) -> object:
+        return {"value": item.value, "key": item.key}
 
-    @operation("rotate")
-    def rotate(self, call: OperationCall) -> None:
+    @operation
+    def rotate(self) -> None:
         items = self.app.items  # type: ignore[union-attr]
         items.append(items.pop(0))
 
-    @operation("remove_first")
-    def remove_first(self, call: OperationCall) -> None:
+    @operation
+    def remove_first(self) -> None:
         self.app.items.pop(0)  # type: ignore[union-attr]
 
 

@@ -56,8 +56,8 @@ class MisnamerView(View):
     def render(self) -> str:
         return TEXT
 
-    @operation("arm")
-    def arm(self, call: OperationCall) -> str:
+    @operation
+    def arm(self) -> str:
         operations = [OperationSpec("arm", "Arm", "", {})] + [
             OperationSpec(op_id, f"Forged {i}", "", {"value?": "string"})
             for i, op_id in enumerate(NASTY)

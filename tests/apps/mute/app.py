@@ -2,7 +2,7 @@
 
 import time
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class MuteView(View):
@@ -10,8 +10,8 @@ class MuteView(View):
         return """<section view="Mute"><p>Talkative, for now.</p>
 <button operation="freeze">Freeze</button></section>"""
 
-    @operation("freeze")
-    def freeze(self, call: OperationCall) -> None:
+    @operation
+    def freeze(self) -> None:
         while True:
             time.sleep(1)
 

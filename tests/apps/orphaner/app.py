@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class OrphanerView(View):
@@ -15,10 +15,10 @@ class OrphanerView(View):
 <button operation="orphan" args='{"mb?": "integer", "spin?": "boolean"}'>Orphan</button>
 </section>"""
 
-    @operation("orphan")
-    def orphan(self, call: OperationCall) -> int:
-        megabytes = int(call.args.get("mb") or 0)
-        spin = bool(call.args.get("spin"))
+    @operation
+    def orphan(self, mb: int | None = None, spin: bool | None = None) -> int:
+        megabytes = int(mb or 0)
+        spin = bool(spin)
         read_end, write_end = os.pipe()
         if os.fork() == 0:
             if os.fork() == 0:

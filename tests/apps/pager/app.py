@@ -4,7 +4,7 @@
 ``pinned``, stays on every page. Turning 100 pages names 5,000 distinct views.
 """
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 PAGE = 50
 
@@ -20,8 +20,8 @@ class PageView(View):
 <ul><li view-link="pinned" label="Pinned">Pinned</li>{links}</ul>
 <button operation="turn">Turn</button></section>"""
 
-    @operation("turn")
-    def turn(self, call: OperationCall) -> int:
+    @operation
+    def turn(self) -> int:
         self.app.page += 1  # type: ignore[attr-defined]
         return self.app.page  # type: ignore[attr-defined, no-any-return]
 

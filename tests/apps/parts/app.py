@@ -3,7 +3,7 @@
 import hashlib
 from typing import Any
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class PartsView(View["PartsApp"]):
@@ -18,9 +18,9 @@ class PartsView(View["PartsApp"]):
 <button operation="put" args='{{"name": "string", "kb": "integer"}}'>Put</button>
 <button operation="drop" args='{{"name": "string"}}'>Drop</button></section>"""
 
-    @operation("put")
-    def put(self, call: OperationCall) -> str:
-        name, kb = str(call.args["name"]), int(call.args["kb"])
+    @operation
+    def put(self, name: str, kb: int) -> str:
+        name, kb = str(name), int(kb)
         # Each part differs (its name seeds it): a restore that mixed parts up would show.
         seed = hashlib.sha256(name.encode()).hexdigest()
         self.app.parts[name] = (seed * (kb * 1024 // 64 + 1))[: kb * 1024]
@@ -28,9 +28,9 @@ class PartsView(View["PartsApp"]):
         self.app.version += 1
         return self.app.digest()
 
-    @operation("drop")
-    def drop(self, call: OperationCall) -> str:
-        name = str(call.args["name"])
+    @operation
+    def drop(self, name: str) -> str:
+        name = str(name)
         self.app.parts.pop(name, None)
         self.app.changed(name)
         self.app.version += 1

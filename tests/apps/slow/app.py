@@ -2,7 +2,7 @@
 
 import time
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class SlowView(View):
@@ -10,9 +10,9 @@ class SlowView(View):
         return """<section view="Slow"><p>I am slow.</p>
 <button operation="hang" args='{"seconds": "number"}'>Hang</button></section>"""
 
-    @operation("hang")
-    def hang(self, call: OperationCall) -> None:
-        time.sleep(float(call.args["seconds"]))
+    @operation
+    def hang(self, seconds: float) -> None:
+        time.sleep(float(seconds))
 
 
 class SlowApp(App):

@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 #: Data stored with every acknowledged bump (whole, not in parts).
 PAD = "x" * (3 << 20)
@@ -31,10 +31,10 @@ class CounterView(View):
         return f"""<section view="Counter"><p>Count: {count}</p>
 <button operation="bump" args='{{"die?": "boolean"}}'>Bump</button></section>"""
 
-    @operation("bump")
-    def bump(self, call: OperationCall) -> int:
+    @operation
+    def bump(self, die: bool | None = None) -> int:
         self.app.count += 1  # type: ignore[union-attr]
-        if call.args.get("die"):
+        if die:
             threading.Thread(target=_die_soon, daemon=True).start()
         return self.app.count  # type: ignore[union-attr]
 

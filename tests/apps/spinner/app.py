@@ -2,7 +2,7 @@
 
 import time
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class SpinView(View):
@@ -10,8 +10,8 @@ class SpinView(View):
         return """<section view="Spinner"><p>Idle until told.</p>
 <button operation="spin">Spin</button></section>"""
 
-    @operation("spin")
-    def spin(self, call: OperationCall) -> None:
+    @operation
+    def spin(self) -> None:
         self.app.call_every(0.01, burn)  # type: ignore[union-attr]
 
 

@@ -4,7 +4,7 @@ import os
 import sqlite3
 import tempfile
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 def use_database(directory: str, journal: str) -> dict[str, object]:
@@ -30,13 +30,13 @@ class SqliteView(View):
 <button operation="in_dir" args='{"path": "string", "journal": "string"}'>In a directory</button>
 </section>"""
 
-    @operation("in_tmp")
-    def in_tmp(self, call: OperationCall) -> dict[str, object]:
-        return use_database(tempfile.gettempdir(), str(call.args["journal"]))
+    @operation
+    def in_tmp(self, journal: str) -> dict[str, object]:
+        return use_database(tempfile.gettempdir(), str(journal))
 
-    @operation("in_dir")
-    def in_dir(self, call: OperationCall) -> dict[str, object]:
-        return use_database(str(call.args["path"]), str(call.args["journal"]))
+    @operation
+    def in_dir(self, path: str, journal: str) -> dict[str, object]:
+        return use_database(str(path), str(journal))
 
 
 class SqliteApp(App):

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -150,12 +150,12 @@ class SyscallerView(View):
 <button operation="call" args='{"number": "string"}'>Call</button>
 <button operation="work">Work</button></section>"""
 
-    @operation("call")
-    def call(self, call: OperationCall) -> str:
-        return raw_syscall(int(str(call.args["number"])))
+    @operation
+    def call(self, number: str) -> str:
+        return raw_syscall(int(str(number)))
 
-    @operation("work")
-    def work(self, call: OperationCall) -> dict[str, object]:
+    @operation
+    def work(self) -> dict[str, object]:
         results: dict[str, object] = {}
         for name, job in WORK.items():
             try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, View, operation
 
 
 class VaultView(View["VaultApp"]):
@@ -71,15 +71,15 @@ class CloseDialog(View["VaultApp"]):
 
 
 class RawDialog(View["VaultApp"]):
-    """A dialog written as markup by hand (a legacy handler)."""
+    """A dialog written as markup by hand."""
 
     def render(self) -> str:
         return """<section view="Raw Dialog" modal>
 <p>Drop the vault?</p>
 <button operation="drop" confirm description="Drop it">Drop</button></section>"""
 
-    @operation("drop")
-    def drop(self, call: OperationCall) -> str:
+    @operation
+    def drop(self) -> str:
         self.app.dropped += 1
         return "dropped"
 
