@@ -182,7 +182,7 @@ class Conversation(View["ChatApp"]):
     def context(self) -> Mapping[str, Any]:
         conv = self.app.stored[_conv(self.conv_id)]
         archived = self.app.archived(self.conv_id)
-        kept = len(self.app.kept().get(self.conv_id, ()))
+        kept = len(self.app.ordered(_msg(self.conv_id, "")))
         end = max(0, archived + kept - (self.page - 1) * PAGE)
         start = max(0, end - PAGE)
         return {
@@ -280,8 +280,12 @@ class ChatApp(App):
             if key.startswith("msg:"):
                 found.setdefault(key[4:].rpartition(":")[0], []).append(key)
         for keys in found.values():
-            keys.sort(key=_number)
+            _in_order(keys)
         return found
+
+    def ordered(self, prefix: str) -> list[str]:
+        """The stored keys that start with ``prefix``, in the order they were written."""
+        return _in_order([key for key in self.stored if key.startswith(prefix)])
 
     def reading(self, conv_id: str, mounted: bool) -> None:
         """Note whether a conversation is in front of the agent; mounting it marks it read."""
@@ -310,7 +314,7 @@ class ChatApp(App):
         if sender != AGENT and conv_id not in self.open:
             conv = self.stored[_conv(conv_id)]
             self.stored[_conv(conv_id)] = {**conv, "unread": conv["unread"] + 1}
-        keys = self.kept().get(conv_id, [])
+        keys = self.ordered(_msg(conv_id, ""))
         if len(keys) >= KEEP + PAGE:
             self._archive_oldest(conv_id, keys)
         return message
@@ -327,29 +331,23 @@ class ChatApp(App):
 
     # Bounded history: the newest KEEP messages as they are, older pages compressed.
 
-    def pages(self, conv_id: str) -> list[dict[str, Any]]:
-        """A conversation's archived pages, oldest first."""
-        prefix = f"arch:{conv_id}:"
-        keys = [key for key in self.stored if key.startswith(prefix)]
-        return [self.stored[key] for key in sorted(keys, key=_number)]
-
     def archived(self, conv_id: str) -> int:
-        """How many of a conversation's messages are archived (and still kept)."""
-        return sum(int(page["count"]) for page in self.pages(conv_id))
+        """How many of a conversation's messages are archived (and still kept): a page each
+        :data:`PAGE`."""
+        return PAGE * len(self.ordered(_arch(conv_id, "")))
 
     def history(self, conv_id: str, start: int, end: int) -> list[Message]:
         """Messages ``start`` to ``end`` of a conversation, archived ones first (oldest is 0)."""
         found: list[Message] = []
-        offset = 0
-        for page in self.pages(conv_id):
-            count = int(page["count"])
-            if offset < end and start < offset + count:
-                messages = json.loads(zlib.decompress(page["zlib"]))
+        pages = self.ordered(_arch(conv_id, ""))
+        for number, key in enumerate(pages):  # only the pages the range overlaps are read
+            offset = number * PAGE
+            if offset < end and start < offset + PAGE:
+                messages = json.loads(zlib.decompress(self.stored[key]["zlib"]))
                 found.extend(messages[max(0, start - offset) : max(0, end - offset)])
-            offset += count
-        kept = self.kept().get(conv_id, [])
-        shown = kept[max(0, start - offset) : max(0, end - offset)]
-        return found + [self.stored[key] for key in shown]
+        offset = len(pages) * PAGE
+        kept = self.ordered(_msg(conv_id, ""))[max(0, start - offset) : max(0, end - offset)]
+        return found + [self.stored[key] for key in kept]
 
     def _archive_oldest(self, conv_id: str, keys: list[str]) -> None:
         """Move a conversation's oldest :data:`PAGE` messages into an archived page.
@@ -360,11 +358,11 @@ class ChatApp(App):
         moved = [self.stored[key] for key in keys[:PAGE]]
         for key in keys[:PAGE]:
             del self.stored[key]
-        pages = self.pages(conv_id)
-        number = int(pages[-1]["n"]) + 1 if pages else 1
+        pages = self.ordered(_arch(conv_id, ""))
+        number = int(pages[-1].rpartition(":")[2]) + 1 if pages else 1
         blob = zlib.compress(json.dumps(moved, separators=(",", ":")).encode(), 6)
         page = {"conv": conv_id, "n": number, "count": len(moved), "zlib": blob}
-        self.stored[f"arch:{conv_id}:{number}"] = page
+        self.stored[_arch(conv_id, str(number))] = page
         archive = {key: len(self.stored[key]["zlib"]) for key in self.stored if key[:5] == "arch:"}
         total = sum(archive.values())
         while total > ARCHIVE_BYTES:
@@ -372,7 +370,7 @@ class ChatApp(App):
             for key in archive:
                 by_conv.setdefault(key[5:].rpartition(":")[0], []).append(key)
             fullest = max(by_conv.values(), key=len)
-            oldest = min(fullest, key=_number)
+            oldest = _in_order(fullest)[0]
             gone = self.stored[oldest]
             del self.stored[oldest]
             total -= archive.pop(oldest)
@@ -389,10 +387,15 @@ def _msg(conv_id: str, message_id: str) -> str:
     return f"msg:{conv_id}:{message_id}"
 
 
-def _number(key: str) -> int:
-    """``msg:user:msg_12`` → 12, ``arch:user:3`` → 3: the order they were written in."""
-    digits = key.rpartition("_")[2].rpartition(":")[2]
-    return int(digits) if digits.isdigit() else 0
+def _arch(conv_id: str, number: str) -> str:
+    return f"arch:{conv_id}:{number}"
+
+
+def _in_order(keys: list[str]) -> list[str]:
+    """``keys`` of one kind (``msg:user:msg_12``, ``arch:user:3``) in the order of their numbers."""
+    keys.sort()
+    keys.sort(key=len)  # the same prefix: a shorter number is a smaller one
+    return keys
 
 
 app = ChatApp()
