@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.sandbox.cdp import CDPError, Pipe
+from aotui.sandbox.cdp import CDPError, CDPTimeout, Pipe
 from aotui.sandbox.sdk import OperationCall
 
 __all__ = ["KEYS", "OPERATIONS", "QUIET_MS", "GenericOperation", "GenericPage"]
@@ -95,10 +95,19 @@ def _script() -> str:
 class GenericPage:
     """One page target read and driven generically, through its CDP session."""
 
-    def __init__(self, pipe: Pipe, session: str, *, settle_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        pipe: Pipe,
+        session: str,
+        *,
+        settle_timeout_s: float = 5.0,
+        call_timeout_s: float = 5.0,
+    ) -> None:
         self.pipe, self.session = pipe, session
         #: The bound on one operation's wait for the page to settle.
         self.settle_timeout_s = settle_timeout_s
+        #: The bound on each CDP call the page must answer (a read, an event delivered).
+        self.call_timeout_s = call_timeout_s
         self._world: int | None = None
         self._source = _script()
         #: The ``data-value`` of the target named last: the element as the agent read it.
@@ -147,7 +156,7 @@ class GenericPage:
         self._on(ident, "g.clear(el)")
         text = str(args["text"])
         if text:
-            self.pipe.call("Input.insertText", {"text": text}, session=self.session)
+            self._cdp("Input.insertText", {"text": text})
         else:
             self._key("Delete")
         if args.get("submit"):
@@ -248,7 +257,7 @@ class GenericPage:
         self._mouse("mouseReleased", {**where, "button": "left", "clickCount": 1})
 
     def _mouse(self, kind: str, params: dict[str, Any]) -> None:
-        self.pipe.call("Input.dispatchMouseEvent", {"type": kind, **params}, session=self.session)
+        self._cdp("Input.dispatchMouseEvent", {"type": kind, **params})
 
     def _key(self, spec: str) -> None:
         """Press ``spec`` (``Enter``, ``a``, ``Control+a``, ``Shift+Tab``) as trusted events."""
@@ -273,20 +282,16 @@ class GenericPage:
         down["modifiers"] = bits
         if text:
             down |= {"text": text, "unmodifiedText": text}
-        self.pipe.call(
-            "Input.dispatchKeyEvent",
-            {"type": "keyDown" if text else "rawKeyDown", **down},
-            session=self.session,
-        )
+        self._cdp("Input.dispatchKeyEvent", {"type": "keyDown" if text else "rawKeyDown", **down})
         up = {"type": "keyUp", "key": key, "code": code, "windowsVirtualKeyCode": vk}
-        self.pipe.call("Input.dispatchKeyEvent", {**up, "modifiers": bits}, session=self.session)
+        self._cdp("Input.dispatchKeyEvent", {**up, "modifiers": bits})
 
     def _settle(self, what: str) -> None:
         timeout_ms = int(self.settle_timeout_s * 1000)
         settled = self._call(
             f"__aotuiGeneric.settle({QUIET_MS}, {timeout_ms})",
             await_promise=True,
-            timeout_s=self.settle_timeout_s + 2,
+            timeout_s=self.settle_timeout_s + self.call_timeout_s,
         )
         if settled is not True:
             raise AotuiError(
@@ -295,12 +300,14 @@ class GenericPage:
                 f"{self.settle_timeout_s:g} s. The {what} was delivered; pull to see the page",
             )
 
-    def _call(self, expression: str, *, await_promise: bool = False, timeout_s: float = 5.0) -> Any:
+    def _call(
+        self, expression: str, *, await_promise: bool = False, timeout_s: float | None = None
+    ) -> Any:
         """``expression``'s JSON value in the isolated world (made again after a navigation)."""
         for attempt in (0, 1):
             world = self._world if self._world is not None else self._make_world()
             try:
-                reply = self.pipe.call(
+                reply = self._cdp(
                     "Runtime.evaluate",
                     {
                         "expression": expression,
@@ -308,8 +315,7 @@ class GenericPage:
                         "returnByValue": True,
                         "awaitPromise": await_promise,
                     },
-                    session=self.session,
-                    timeout_s=timeout_s,
+                    timeout_s,
                 )
             except CDPError as exc:
                 # The document was replaced: its world went with it. One new world, one retry.
@@ -329,21 +335,31 @@ class GenericPage:
             return reply.get("result", {}).get("value")
         return None  # pragma: no cover - the loop returns or raises
 
+    def _cdp(
+        self, method: str, params: dict[str, Any], timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """One call in the page's session; a page too busy to answer is ``E_TIMEOUT``.
+
+        A closed pipe or a crashed target stays a :class:`~sandbox.cdp.CDPFailure`: the
+        worker ends on it and the supervisor restarts the app.
+        """
+        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
+        try:
+            return self.pipe.call(method, params, session=self.session, timeout_s=timeout_s)
+        except CDPTimeout:
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT,
+                f"the page did not answer {method} within {timeout_s:g} s: its scripts keep it "
+                "busy. What was asked may have been delivered; pull to see the page",
+            ) from None
+
     def _make_world(self) -> int:
         """An isolated world in the page's main frame with generic.js evaluated in it."""
-        tree = self.pipe.call("Page.getFrameTree", session=self.session)
+        tree = self._cdp("Page.getFrameTree", {})
         frame = tree["frameTree"]["frame"]["id"]
-        made = self.pipe.call(
-            "Page.createIsolatedWorld",
-            {"frameId": frame, "worldName": _WORLD},
-            session=self.session,
-        )
+        made = self._cdp("Page.createIsolatedWorld", {"frameId": frame, "worldName": _WORLD})
         world = int(made["executionContextId"])
-        self.pipe.call(
-            "Runtime.evaluate",
-            {"expression": self._source, "contextId": world},
-            session=self.session,
-        )
+        self._cdp("Runtime.evaluate", {"expression": self._source, "contextId": world})
         self._world = world
         return world
 

@@ -342,6 +342,23 @@ def test_a_page_that_never_settles_is_a_timeout_naming_it(
         assert late.value.code is ErrorCode.E_TIMEOUT
 
 
+@pytest.mark.timeout(60)
+def test_a_page_too_busy_to_answer_is_a_timeout_not_a_hang(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    body = '<button onclick="setTimeout(() => { for (;;) {} }, 0)">Freeze</button>'
+    with served(page(tmp_path, body)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        agent.page.settle_timeout_s = agent.page.call_timeout_s = 0.5
+        agent.pull()
+        with pytest.raises(AotuiError, match=r"did not answer .* its scripts keep it busy") as busy:
+            agent.run("click --target page[0]")
+        assert busy.value.code is ErrorCode.E_TIMEOUT
+        with pytest.raises(AotuiError) as again:
+            agent.pull()
+        assert again.value.code is ErrorCode.E_TIMEOUT
+
+
 # --- TodoMVC ------------------------------------------------------------------------------------
 
 
