@@ -219,13 +219,16 @@ def _hint(arg: ToolArg) -> str:
                       ("exclusiveMaximum", "<")):  # fmt: skip
         if _is_number(spec.get(key)):
             parts.append(f"{word} {spec[key]}")
-    if isinstance(spec.get("minLength"), int):
-        parts.append(f"at least {spec['minLength']} characters")
-    if isinstance(spec.get("maxLength"), int):
-        parts.append(f"at most {spec['maxLength']} characters")
+    for key, word in (("minLength", "at least"), ("maxLength", "at most")):
+        if isinstance(spec.get(key), int):
+            parts.append(f"{word} {_characters(spec[key])}")
     if arg.json:
         parts.append("JSON" + ("" if arg.json == "any" else f" {arg.json}"))
     return ", ".join(parts)
+
+
+def _characters(count: int) -> str:
+    return f"{count} character" + ("" if count == 1 else "s")
 
 
 def _is_number(value: Any) -> bool:
@@ -313,9 +316,9 @@ def _check_value(arg: ToolArg, value: Any) -> None:
         low, high = spec.get("minLength"), spec.get("maxLength")
         if isinstance(low, int) and len(value) < low:
             raise invalid_cmd(
-                f"--{arg.name} needs at least {low} characters, got {len(value)}", arg=arg.name
+                f"--{arg.name} needs at least {_characters(low)}, got {len(value)}", arg=arg.name
             )
         if isinstance(high, int) and len(value) > high:
             raise invalid_cmd(
-                f"--{arg.name} takes at most {high} characters, got {len(value)}", arg=arg.name
+                f"--{arg.name} takes at most {_characters(high)}, got {len(value)}", arg=arg.name
             )

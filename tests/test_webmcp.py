@@ -17,6 +17,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.sandbox import browser
 from aotui.sandbox.cdp import CDPTimeout, Pipe
 from aotui.sandbox.render import render_view
+from aotui.sandbox.web_generic import OPERATIONS, GenericPage
 from aotui.sandbox.webmcp import PageTools
 from aotui.sandbox.webmcp_schema import ToolRefused, check_input, map_tool
 
@@ -373,3 +374,29 @@ def test_the_webmcp_only_page_offers_its_tools_on_the_generic_view(page: Page) -
         tools.invoke("remove_item", {"name": "tea"})
     assert tools.invoke("clear_list", {}) == "cleared"
     assert page.js("localStorage.getItem('items')") == "[]"
+
+
+def test_the_webmcp_only_page_reads_and_runs_through_the_generic_view(page: Page) -> None:
+    app = Path(__file__).parent / "apps" / "webmcp_page"
+    page.load(
+        (app / "index.html")
+        .read_text()
+        .replace(
+            "</script>",
+            "document.modelContext.registerTool({name: 'scroll', description: 'mine',"
+            " execute: () => 'mine'});</script>",
+        )
+    )
+    generic = GenericPage(page.pipe, page.session)
+    tools = page.tools
+    assert tools.invoke("add_item", {"name": "milk"})["content"][0]["text"] == "milk: 1"
+    view = render_view(tools.decorate(generic.render(), None))
+    assert view.markdown.startswith("# Pantry\n- milk × 1\n")
+    ids = [op.op_id for op in view.operations]
+    assert ids == [*OPERATIONS, "add_item", "remove_item", "find_item", "clear_list"]
+    assert "name: What to buy, at least 1 character; quantity:" in view.markdown
+    # The generic view's own scroll hides the page's tool of that name; the rest are tools.
+    assert not tools.offers(None, "scroll")
+    assert all(tools.offers(None, op) for op in ids[len(OPERATIONS) :])
+    with pytest.raises(AotuiError, match="--name needs at least 1 character, got 0"):
+        tools.invoke("add_item", {"name": ""})
