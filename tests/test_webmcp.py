@@ -400,3 +400,13 @@ def test_the_webmcp_only_page_reads_and_runs_through_the_generic_view(page: Page
     assert all(tools.offers(None, op) for op in ids[len(OPERATIONS) :])
     with pytest.raises(AotuiError, match="--name needs at least 1 character, got 0"):
         tools.invoke("add_item", {"name": ""})
+
+
+def test_the_docs_example_renders_as_the_docs_say(page: Page) -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "web-apps.md").read_text()
+    section = docs[docs.index("## WebMCP tools") :]
+    html = section.split("```html\n", 1)[1].split("```", 1)[0]
+    markdown = section.split("```markdown\n", 1)[1].split("```", 1)[0]
+    page.load(f"<html><body>{html}</body></html>")
+    root = page.js("document.querySelector('[view]').outerHTML")
+    assert render_view(page.tools.decorate(root, "Pantry")).markdown == markdown
