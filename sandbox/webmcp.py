@@ -18,6 +18,13 @@ then ``WebMCP.invokeTool``; a form without ``toolautosubmit`` is filled by the b
 submitted by the runtime (the agent's execute is the submit; the operation is marked ``confirm``
 so the desktop's user approves it first, as WebMCP intends for such forms). The tool's output is
 the operation's result; an error, a cancel or no answer in time is a typed :class:`AotuiError`.
+
+Wiring it into a web app's runtime (one :class:`PageTools` per page session): :meth:`enable`
+after ``Page.enable``; every CDP event of the session to :meth:`on_event` (``True``: re-render);
+each view rendered as ``decorate(root.outerHTML, key)``, the generic view as
+``decorate(generic.render(), None)``; a call that :meth:`offers` says is a tool of its view to
+:meth:`invoke` (the view's handlers must list those ids), then the same wait for the page to
+settle as any operation's.
 """
 
 from __future__ import annotations
@@ -105,7 +112,8 @@ class PageTools:
         return self.available
 
     def on_event(self, message: Mapping[str, Any]) -> bool:
-        """Take one CDP event of this session; whether it was about tools."""
+        """Take one CDP event of this session; whether the tools may have changed (the views
+        that show them then need a new render)."""
         if message.get("sessionId") not in (None, self.session):
             return False
         method, params = message.get("method"), message.get("params")
@@ -120,7 +128,7 @@ class PageTools:
             self._answers[str(params.get("invocationId"))] = dict(params)
             while len(self._answers) > _MAX_ANSWERS:
                 self._answers.popitem(last=False)
-            return True
+            return False
         elif method == "Page.frameNavigated":
             # A new document has none of the old one's tools (Chromium sends no toolsRemoved).
             frame = params.get("frame")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from aotui.sandbox import browser
 from aotui.sandbox.cdp import CDPTimeout, Pipe
 from aotui.sandbox.render import render_view
 from aotui.sandbox.web_generic import OPERATIONS, GenericPage
-from aotui.sandbox.webmcp import PageTools
+from aotui.sandbox.webmcp import MAX_TOOLS, PageTools
 from aotui.sandbox.webmcp_schema import ToolRefused, check_input, map_tool
 
 pytestmark = [
@@ -410,3 +411,31 @@ def test_the_docs_example_renders_as_the_docs_say(page: Page) -> None:
     page.load(f"<html><body>{html}</body></html>")
     root = page.js("document.querySelector('[view]').outerHTML")
     assert render_view(page.tools.decorate(root, "Pantry")).markdown == markdown
+
+
+def test_events_say_when_the_views_need_a_new_render() -> None:
+    read_end, write_end = os.pipe()
+    pipe = Pipe(write_end, read_end)
+    lines: list[str] = []
+    tools = PageTools(pipe, "S", log=lines.append)
+    try:
+        many = [{"name": f"t{i}", "frameId": "F"} for i in range(MAX_TOOLS + 2)]
+        added = {"method": "WebMCP.toolsAdded", "sessionId": "S", "params": {"tools": many}}
+        assert tools.on_event(added) is True
+        assert len(tools.tools()) == MAX_TOOLS
+        assert lines == [
+            f"WebMCP tool 't{i}' is not offered: the page already offers {MAX_TOOLS} tools"
+            for i in (MAX_TOOLS, MAX_TOOLS + 1)
+        ]
+        assert tools.on_event({**added, "sessionId": "other"}) is False
+        answered = {"invocationId": "1", "status": "Completed"}
+        assert tools.on_event({"method": "WebMCP.toolResponded", "params": answered}) is False
+        assert tools.on_event({"method": "Page.loadEventFired", "params": {}}) is False
+        child = {"frame": {"id": "C", "parentId": "F"}}
+        assert tools.on_event({"method": "Page.frameNavigated", "params": child}) is True
+        assert len(tools.tools()) == MAX_TOOLS
+        main = {"frame": {"id": "F"}}
+        assert tools.on_event({"method": "Page.frameNavigated", "params": main}) is True
+        assert tools.tools() == ()
+    finally:
+        pipe.close()
