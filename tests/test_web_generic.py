@@ -413,3 +413,14 @@ def test_todomvc_add_three_complete_one_filter_active(
         assert "write code" in active
         assert "walk the dog" not in active
         assert "**2** items left" in active
+        if framework == "vanillajs":  # docs/web-apps.md shows this very page
+            assert active.startswith(DOCS_EXAMPLE), active
+
+
+#: The TodoMVC page docs/web-apps.md shows under "Pages without marks".
+DOCS_EXAMPLE = (
+    (Path(__file__).resolve().parents[1] / "docs" / "web-apps.md")
+    .read_text()
+    .split("## Pages without marks", 1)[1]
+    .split("```\n", 2)[1]
+)
