@@ -350,6 +350,7 @@ class App:
     def on_start(self) -> None:
         """Called once after restore, before the first render; start timers here."""
 
+    @final
     def handle_event(self, call: OperationCall) -> Any:
         """An event from outside the agent's view: the app's own ``@operation`` of that name.
 
