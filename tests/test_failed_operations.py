@@ -1,7 +1,8 @@
 """An operation that fails takes no effect (CONTRACT §6), even when its handler changed data first.
 
-End to end on a real desktop (the ``halfway`` app: keyed data, one operation that adds an item and
-then raises), and the worker's check of "did the handler change the data" on a real channel.
+End to end on a real desktop (the ``halfway`` app: its items in ``App.stored``, one operation that
+adds an item and then raises), and the worker's check of "did the handler change the data" on a
+real channel.
 """
 
 from __future__ import annotations
@@ -144,6 +145,16 @@ class Counted(Plain):
         return self.version
 
 
+class Keyed(Plain):
+    """Its own keyed data: ``serialize_part`` and the parts recorded by ``changed()``."""
+
+    def serialize(self) -> Any:
+        return {str(n): item for n, item in enumerate(self.items)}
+
+    def serialize_part(self, part: str) -> Any:
+        return self.items[int(part)] if int(part) < len(self.items) else None
+
+
 class PlainView(View[Plain]):
     def render(self) -> str:
         return f'<section view="Plain"><p>{len(self.app.items)}</p>{self.buttons()}</section>'
@@ -154,6 +165,8 @@ class PlainView(View[Plain]):
         self.app.items.append(text)
         if isinstance(self.app, Counted):
             self.app.version += 1
+        if isinstance(self.app, Keyed):
+            self.app.changed(str(len(self.app.items) - 1))
         raise LookupError("no")
 
     @operation
@@ -177,7 +190,7 @@ def channel(tmp_path: Path) -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[byte
     context.term()
 
 
-@pytest.mark.parametrize("kind", [Plain, Counted])
+@pytest.mark.parametrize("kind", [Plain, Counted, Keyed])
 def test_the_worker_discards_only_a_failure_that_changed_data(
     channel: tuple[zmq.Socket[bytes], zmq.Socket[bytes]], kind: type[Plain]
 ) -> None:

@@ -1,5 +1,6 @@
-"""Keyed items, one part each: ``add`` stores one; ``add_then_fail`` adds one and raises."""
+"""Items in ``App.stored``, a key each: ``add`` stores one; ``add_then_fail`` adds one, raises."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from aotui.sandbox.sdk import App, View, operation
@@ -7,17 +8,17 @@ from aotui.sandbox.sdk import App, View, operation
 
 class ItemsView(View["HalfwayApp"]):
     template = """<section view="Items"><ul list="item[]:items" title="Items">
-{%- for item in app.items %}<li {{ view.item(item) }}>{{ item }}</li>{% endfor -%}
-</ul><p>Count: {{ app.items | length }}</p>{{ view.buttons() }}</section>"""
+{%- for item in items %}<li {{ view.item(item) }}>{{ item }}</li>{% endfor -%}
+</ul><p>Count: {{ items | length }}</p>{{ view.buttons() }}</section>"""
 
-    def inputs(self) -> int:
-        return self.app.version
+    def context(self) -> Mapping[str, Any]:
+        return {"items": self.app.items()}
 
     @operation
     def add(self, text: str) -> int:
         """Add an item."""
         self.app.add(text)
-        return len(self.app.items)
+        return len(self.app.items())
 
     @operation
     def add_then_fail(self, text: str) -> int:
@@ -32,33 +33,14 @@ class ItemsView(View["HalfwayApp"]):
 
 
 class HalfwayApp(App):
-    def __init__(self) -> None:
-        super().__init__()
-        self.items: list[str] = []
-        self.version = 0
-
     def roots(self) -> list[View[Any]]:
         return [ItemsView("items")]
 
-    def state_inputs(self) -> int:
-        return self.version
+    def items(self) -> list[str]:
+        return [self.stored[f"item:{n}"] for n in range(len(self.stored))]
 
     def add(self, text: str) -> None:
-        self.items.append(text)
-        self.version += 1
-        self.changed(f"item:{len(self.items) - 1}")
-
-    def serialize(self) -> Any:
-        return {f"item:{i}": text for i, text in enumerate(self.items)}
-
-    def serialize_part(self, part: str) -> Any:
-        index = int(part.removeprefix("item:"))
-        return self.items[index] if index < len(self.items) else None
-
-    def restore(self, data: Any) -> None:
-        parts = sorted(data.items(), key=lambda kv: int(kv[0].removeprefix("item:")))
-        self.items = [text for _, text in parts if text is not None]
-        self.version += 1
+        self.stored[f"item:{len(self.stored)}"] = text
 
 
 app = HalfwayApp()
