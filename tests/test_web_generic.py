@@ -185,6 +185,7 @@ SHOP = """
 <div aria-hidden="true"><button>Hidden from readers</button></div>
 <p style="visibility:hidden">Invisible text</p>
 <button style="width:0;height:0;padding:0;border:0;overflow:hidden">Zero</button>
+<div style="height:0;overflow:hidden"><p>Clipped away</p></div>
 <form>
   <label for="q">Search</label><input id="q" name="q">
   <label><input type="checkbox" name="gift" checked> Gift wrap</label>
@@ -221,7 +222,7 @@ def test_a_page_reads_as_markdown_of_its_visible_structure_with_refs(
         "Dialog: Cookies\n\nAccept?\n\n[OK](control:page[8])\n\n"
         "[Div button](control:page[9])\n\n"
     )
-    for gone in ("Hidden", "Invisible", "Zero"):
+    for gone in ("Hidden", "Invisible", "Zero", "Clipped"):
         assert gone not in markdown
     assert [op.op_id for op in agent.seen.operations] == [  # type: ignore[union-attr]
         "click", "type", "select", "check", "press", "scroll",

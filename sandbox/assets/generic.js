@@ -72,10 +72,12 @@
       if (["button", "submit", "reset", "image", "file"].includes(type)) return "button";
       return "textbox";
     }
-    if (el.isContentEditable && !(el.parentElement && el.parentElement.isContentEditable)) {
+    // Attributes first: isContentEditable and tabIndex compute style and focusability.
+    if (el.hasAttribute("contenteditable") && el.isContentEditable &&
+        !(el.parentElement && el.parentElement.isContentEditable)) {
       return "textbox";
     }
-    if (el.tabIndex >= 0 && el.hasAttribute("tabindex") && !el.querySelector(INNER)) {
+    if (el.hasAttribute("tabindex") && el.tabIndex >= 0 && !el.querySelector(INNER)) {
       return "button";
     }
     return "";
@@ -109,7 +111,7 @@
     const box = el.tagName === "INPUT" && ["checkbox", "radio"].includes(el.type);
     return labelsOf(el) || clip(el.getAttribute("title") || "") ||
       clip(el.getAttribute("placeholder") || "") ||
-      clip(el.innerText || (box ? "" : el.value) || "") ||
+      clip(el.textContent || (box ? "" : el.value) || "") ||
       clip((el.querySelector && el.querySelector("img[alt]") || {}).alt || "");
   }
 
@@ -149,7 +151,7 @@
     }
     if (r === "textbox") {
       return `<input type="text" placeholder="${escAttr(name)}" value="${escAttr(
-        clip(el.innerText || ""))}">`;
+        clip(el.textContent || ""))}">`;
     }
     const inner = walkChildren();
     if (inner.replace(/<[^>]*>/g, "").trim()) return inner;
@@ -189,7 +191,10 @@
       const style = getComputedStyle(el);
       if (hidden(el, style)) return "";
       if (style.display === "contents") return children(el, inControl);
-      const area = !zeroArea(el);
+      // Measured only where it decides (a box costs a layout query): a control, an image, a
+      // box that clips what overflows it. An empty box renders nothing anyway.
+      const area = () => !zeroArea(el);
+      if (style.overflow !== "visible" && !area()) return "";
       let r = inControl ? "" : role(el);
       if (tag === "LABEL" && el.control && !inControl) {
         // A label whose control shows names it there; a label of a hidden control (a styled
@@ -199,8 +204,7 @@
         const shown = !hidden(target, ts) && !zeroArea(target);
         // Its text is the control's name: the control stands for both.
         if (shown && el.contains(target)) return node(target, false);
-        if (shown) return "";
-        if (!area) return "";
+        if (shown || !area()) return "";
         const id = idOf(el);
         live.add(id);
         const state = ["checkbox", "radio"].includes(target.type) ?
@@ -209,23 +213,22 @@
         return `<span entity="control:page[${id}]" data-value="${escAttr(value)}">${state}` +
           `${escText(clip(el.textContent))}</span>`;
       }
-      if (!r && !inControl && area && pointer(el, style)) r = "button";
+      if (!r && !inControl && pointer(el, style) && area()) r = "button";
       depth++;
       try {
         if (r) {
-          if (!area) return "";
+          if (!area()) return "";
           return control(el, r, () => children(el, true));
         }
         if (tag === "IMG") {
           const alt = clip(el.getAttribute("alt") || "");
-          return alt && area ? `<img alt="${escAttr(alt)}">` : "";
+          return alt && area() ? `<img alt="${escAttr(alt)}">` : "";
         }
         if (tag === "DIALOG" || ["dialog", "alertdialog"].includes(el.getAttribute("role"))) {
           const name = labelsOf(el);
           return `<div><p>Dialog${name ? ": " + escText(name) : ""}</p>${children(el, inControl)}</div>`;
         }
         const inner = children(el, inControl);
-        if (!area && !inner.trim()) return "";
         if (KEEP.has(tag)) {
           const lower = tag.toLowerCase();
           if (tag === "BR" || tag === "HR") return `<${lower}>`;
