@@ -29,6 +29,7 @@ from aotui.supervisor.store.state import AppEntry, DesktopState
 from aotui.supervisor.store.store import DesktopStore
 from tests.conftest import BUNDLED_APPS, RunningDesktop, wait_for
 from tests.test_chaos_run import chaos_cli
+from tests.test_large_state import DROP, PUT, digest_shown, fill, restarted, stored_parts
 
 Start = Callable[..., RunningDesktop]
 #: What the Notes and chat apps stored before issue 24, as their code then wrote it (three notes,
@@ -238,3 +239,49 @@ def test_chaos_app_finds_nothing_lost_by_an_author_who_writes_stored_only(tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no_acknowledged_effect_lost  PASS" in done.stdout
     assert "verdict: all checks hold" in done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_stored_data_larger_than_a_frame_survives_kill_9_as_written(
+    start_desktop: Start, private_home: Path
+) -> None:
+    desktop = start_desktop(["bigstore"])
+    desktop.client.execute("<context>open --application app_0</context>")
+    digest = fill(desktop, 12, 500)  # ~6 MB: past the 4 MiB frame, restored in chunks
+    assert digest.startswith("12:")
+    pid = desktop.app_pid("app_0")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_for(restarted(desktop, pid), 30, "the app to restart with its data")
+    assert digest_shown(desktop) == digest
+    # After a restore only what an operation writes goes: one part each, never the whole.
+    after = desktop.client.execute(PUT.format(name="p12", kb=10))["results"][0]
+    after = desktop.client.execute(DROP.format(name="p0"))["results"][0]
+    assert after.startswith("12:")
+    os.kill(desktop.process.pid, signal.SIGKILL)  # no shutdown write: the store as acked
+    desktop.process.wait(timeout=10)
+    assert stored_parts(private_home, desktop.name) >= 2  # p12 and p0's deletion, as parts
+    again = start_desktop(["bigstore"], name=desktop.name)
+    wait_for(lambda: digest_shown(again) == after, 30, "the app back after the supervisor's kill")
+
+
+@pytest.mark.timeout(60)
+def test_after_a_restore_an_operation_sends_only_what_it_wrote(
+    start_desktop: Start, private_home: Path
+) -> None:
+    # Small data an app kept itself was sent whole again by the first ack of a run (its
+    # restore() may have migrated it); App.stored is loaded as stored, so only the writes go.
+    desktop = start_desktop(["bigstore"])
+    desktop.client.execute("<context>open --application app_0</context>")
+    fill(desktop, 3, 10)
+    pid = desktop.app_pid("app_0")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_for(restarted(desktop, pid), 30, "the app to restart with its data")
+    digest = desktop.client.execute(PUT.format(name="after", kb=1))["results"][0]
+    os.kill(desktop.process.pid, signal.SIGKILL)  # no shutdown write: the store as acked
+    desktop.process.wait(timeout=10)
+    # p1 and p2 acked as parts in the first run (p0 came whole), and "after": no whole write.
+    assert stored_parts(private_home, desktop.name) == 3
+    again = start_desktop(["bigstore"], name=desktop.name)
+    wait_for(lambda: digest_shown(again) == digest, 30, "the app back with all its data")
