@@ -329,7 +329,8 @@ class App:
     def state_inputs(self) -> Hashable:
         """A cheap value that changes whenever what :meth:`serialize` returns changes.
 
-        After an operation the worker serializes (and the desktop stores) the app's data only
+        Low level, for an app with its own :meth:`serialize` (:attr:`stored` needs none). After
+        an operation the worker serializes (and the desktop stores) the app's data only
         when this differs from its value at the last acknowledged operation. ``None`` (the
         default) means "unknown": the data is serialized after every operation.
         """
@@ -368,7 +369,10 @@ class App:
 
     @final
     def changed(self, *parts: str) -> None:
-        """Record parts of the keyed data (see :meth:`serialize_part`) that changed."""
+        """Record parts of an app's own keyed data (see :meth:`serialize_part`) that changed.
+
+        Low level: a write to :attr:`stored` records itself.
+        """
         self._aotui_changed.update(parts)
 
     @final
