@@ -121,6 +121,9 @@ class WorkerPolicy:
     #: ``[uid, gid]`` of the app directory's owner, shown as the per-app ids through an idmapped
     #: mount (root; an app whose files its per-app uid could not read).
     app_owner: list[int] | None = None
+    #: A web app's worker, which runs a headless browser (``sandbox/policy.py`` says what
+    #: that adds to its confinement).
+    browser: bool = False
 
 
 @dataclass(frozen=True, slots=True)

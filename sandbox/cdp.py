@@ -96,6 +96,13 @@ class Pipe:
         #: Session id → target id, from ``Target.attachedToTarget``.
         self._targets: dict[str, str] = {}
         self.closed = False
+        #: Called with each event as it is read, even while a call waits for its reply (a
+        #: paused request must be answered before the page can go on); ``True`` takes the
+        #: event, ``False`` keeps it for :meth:`wait_event` and :meth:`events`. The hook may
+        #: make calls itself: events read meanwhile wait until it returns, in order.
+        self.hook: Callable[[dict[str, Any]], bool] | None = None
+        self._hooked: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
+        self._in_hook = False
 
     def call(
         self,
@@ -154,6 +161,12 @@ class Pipe:
         self._drain()
         while self._events:
             yield self._events.popleft()
+
+    def pump(self, timeout_s: float) -> None:
+        """Read what comes within ``timeout_s`` (at least one read) and hand events to
+        :attr:`hook`; for a client with nothing to call that waits for events."""
+        with contextlib.suppress(CDPTimeout):
+            self._read(time.monotonic() + timeout_s, "")
 
     def close(self) -> None:
         """Close the client's ends (the browser sees end-of-file and exits)."""
@@ -222,6 +235,20 @@ class Pipe:
         if len(self._buffer) > MAX_MESSAGE:
             self.closed = True
             raise CDPClosed(f"a message from the browser is over {MAX_MESSAGE} bytes")
+        self._run_hook()
+
+    def _run_hook(self) -> None:
+        """Hand the events read so far to :attr:`hook`, oldest first (never re-entered)."""
+        if self._in_hook or self.hook is None:
+            return
+        self._in_hook = True
+        try:
+            while self._hooked:
+                event = self._hooked.popleft()
+                if not self.hook(event):
+                    self._events.append(event)
+        finally:
+            self._in_hook = False
 
     def _dispatch(self, raw: bytes) -> None:
         try:
@@ -251,4 +278,4 @@ class Pipe:
         elif method == "Target.targetCrashed":
             target = str(params.get("targetId"))
             self.crashed.update(s for s, t in self._targets.items() if t == target)
-        self._events.append(message)
+        (self._events if self.hook is None else self._hooked).append(message)

@@ -365,6 +365,11 @@ class App:
             raise LookupError(f"{type(self).__name__} does not accept event {call.operation!r}")
         return getattr(self, attr)(**definition.arguments(call.args, call.stable_keys))
 
+    def _aotui_watch(self) -> tuple[int, Callable[[], None]] | None:
+        """A descriptor the worker's loop also waits on, and what to call when it is readable
+        (a web app's browser pipe, :mod:`sandbox.webapp`); ``None`` for a Python app."""
+        return None
+
     # --- services for the app (final: an override would break the worker's use of them) ---------
 
     @final

@@ -98,7 +98,12 @@ def _denial(exc: BaseException) -> str:
 
 
 def load_app(app_dir: str, entry: str, app_id: str) -> App:
-    """Import the app's entry module and return its module-level ``app`` (an :class:`App`)."""
+    """Import the app's entry module and return its module-level ``app`` (an :class:`App`);
+    an ``.html`` entry is a web app's page (:mod:`sandbox.webapp`)."""
+    if entry.endswith(".html"):
+        from aotui.sandbox.webapp import WebApp  # only web apps' workers need it
+
+        return WebApp(app_dir, entry, app_id)
     path = Path(app_dir, entry)
     sys.path.insert(0, app_dir)
     spec = importlib.util.spec_from_file_location(f"aotui_app_{app_id}", path)
@@ -504,7 +509,10 @@ class WorkerLoop:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_fd, zmq.POLLIN)
+        watched = None
         while self.running:
+            if watched is None and (watched := self.app._aotui_watch()) is not None:
+                poller.register(watched[0], zmq.POLLIN)  # a web app's page: see sandbox.webapp
             while self.backlog and self.running:
                 self.handle(self.backlog.pop(0))
             delay = self.app.next_timer_delay(time.monotonic())
@@ -512,6 +520,8 @@ class WorkerLoop:
             events = dict(poller.poll(timeout))
             if self.wake_fd in events:
                 os.read(self.wake_fd, 4096)
+            if watched is not None and watched[0] in events:
+                watched[1]()
             if self.sock in events:
                 while self.running:
                     try:

@@ -7,6 +7,7 @@ else parses config.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import tomllib
 from collections.abc import Callable, Mapping
@@ -17,7 +18,7 @@ from typing import Any
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.controls import AppPolicy, parse_policy
 from aotui.supervisor.desktop.snapshot import SnapshotBudget
-from aotui.supervisor.manifest import BUNDLED_APPS_DIR, LimitCeilings
+from aotui.supervisor.manifest import BUNDLED_APPS_DIR, MIN_BROWSER_TASKS, LimitCeilings, Manifest
 from aotui.supervisor.workers.restart import RestartPolicy
 
 __all__ = [
@@ -39,6 +40,11 @@ class Limits:
     pids: int = 32
     open_files: int = 256
     file_size_mb: int = 256
+
+
+#: Default limits of a web app (CONTRACT §10: a page in a headless browser), whose worker runs
+#: Chromium: about 8 processes and 60 threads for one page, 50–100 MB besides the worker.
+WEB_LIMITS = Limits(memory_mb=512, pids=256, open_files=1024)
 
 
 class Durability(enum.StrEnum):
@@ -70,6 +76,8 @@ class DesktopConfig:
     #: The most a manifest's limits may ask for (lowered to what the machine has); an app
     #: asking more is refused at install.
     max_limits: LimitCeilings = field(default_factory=LimitCeilings)
+    #: Default limits for web apps (an ``.html`` entry) whose manifest does not say.
+    web_limits: Limits = WEB_LIMITS
     #: Milliseconds an operation handler may run before the agent gets ``E_TIMEOUT``.
     operation_timeout_ms: int = 5000
     #: Milliseconds a worker may take from launch to its first fragment.
@@ -126,6 +134,12 @@ class DesktopConfig:
     rpc_idle_timeout_s: float = 60.0
     #: Per-app operation policies (``[policy."<manifest id>"]``: allow, deny, confirm).
     policy: tuple[AppPolicy, ...] = ()
+
+    def app_limits(self, manifest: Manifest) -> dict[str, int]:
+        """The limits ``manifest``'s app runs with: its own, else the desktop's defaults for
+        its kind (``web_limits`` for a web app)."""
+        defaults = self.web_limits if manifest.is_web else self.limits
+        return {**vars(defaults), **manifest.limits}
 
     def restart_policy(self, manifest_restart: Mapping[str, Any] | None = None) -> RestartPolicy:
         """The restart policy of an app: the config's, overridden by its manifest's."""
@@ -216,6 +230,12 @@ def _limits(value: Any) -> Limits:
     return Limits(**_positive_ints("limits", value, {f.name for f in fields(Limits)}))
 
 
+def _web_limits(value: Any) -> Limits:
+    """The ``web_limits`` table: like ``limits``, over the web defaults."""
+    names = {f.name for f in fields(Limits)}
+    return dataclasses.replace(WEB_LIMITS, **_positive_ints("web_limits", value, names))
+
+
 def _max_limits(value: Any) -> LimitCeilings:
     """The ``max_limits`` table: known names only, each a positive integer."""
     names = {f.name for f in fields(LimitCeilings)}
@@ -244,6 +264,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "durability": _durability,
     "limits": _limits,
     "max_limits": _max_limits,
+    "web_limits": _web_limits,
     "policy": parse_policy,
     "apps": _apps,
 }
@@ -263,13 +284,22 @@ def _check_whole(config: DesktopConfig) -> None:
     """Refuse what only the whole config shows to be wrong."""
     config.restart_policy()  # refuse a bad restart_mode now, not at the first crash
     ceilings = config.max_limits.on_this_machine()
-    for limit in fields(Limits):
-        value, (most, why) = getattr(config.limits, limit.name), ceilings[limit.name]
-        if value > most:
-            raise AotuiError(
-                ErrorCode.E_INVALID_CMD,
-                f"config key 'limits.{limit.name}' is {value}, over its ceiling {most} ({why})",
-            )
+    for table in ("limits", "web_limits"):
+        for limit in fields(Limits):
+            value = getattr(getattr(config, table), limit.name)
+            most, why = ceilings[limit.name]
+            if value > most:
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"config key '{table}.{limit.name}' is {value}, over its ceiling {most} "
+                    f"({why})",
+                )
+    if config.web_limits.pids < MIN_BROWSER_TASKS:
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"config key 'web_limits.pids' is {config.web_limits.pids}; a web app's browser "
+            f"needs at least {MIN_BROWSER_TASKS} tasks",
+        )
     if config.snapshot_max_bytes > 3 << 20:
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,

@@ -50,6 +50,9 @@ __all__ = [
 BUNDLED_APPS_DIR = Path(__file__).resolve().parent.parent / "apps"
 
 MANIFEST_NAME = "aoapp.json"
+#: The fewest tasks (``limits.pids``) a web app's browser runs one page with (sandbox/browser.py
+#: ``MIN_TASKS``; kept here so that reading a manifest imports nothing of the browser).
+MIN_BROWSER_TASKS = 64
 #: Longest app name, in characters (CONTRACT §2).
 MAX_NAME = 64
 #: Longest app description, in characters (CONTRACT §2).
@@ -159,6 +162,11 @@ class Manifest:
     #: Restart policy keys the manifest sets (``mode``, ``max_restarts``, ``period_s``, …).
     restart: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def is_web(self) -> bool:
+        """A web app: its entry is a page, run in a headless browser (CONTRACT §10)."""
+        return self.entry.endswith(".html")
+
 
 def _refuse(path: Path, field: str, problem: str) -> AotuiError:
     return AotuiError(
@@ -260,6 +268,13 @@ def load_manifest(
     system = _system(directory, path, raw.get("system", False), system_dirs)
     permissions = _permissions(path, raw.get("permissions", []))
     limits = _limits(path, raw.get("limits", {}), ceilings or LimitCeilings())
+    if entry.suffix == ".html" and limits.get("pids", MIN_BROWSER_TASKS) < MIN_BROWSER_TASKS:
+        raise _refuse(
+            path,
+            "limits.pids",
+            f"is {limits['pids']}; a web app's browser needs at least {MIN_BROWSER_TASKS} tasks "
+            "(about 8 processes and 60 threads for one page)",
+        )
     restart = _restart(path, raw.get("restart", {}))
     return Manifest(
         restart=restart,

@@ -23,6 +23,7 @@ from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import WorkerPolicy
+from aotui.sandbox.browser import INSTALL_HINT, find_browser
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.paths import DesktopPaths
@@ -146,6 +147,12 @@ class WorkerLeases:
     def policy(self, app: AppRecord) -> WorkerPolicy:
         """The confinement policy of ``app``'s worker; leases its uid and temp dir when new."""
         grants = app.manifest.permissions
+        if app.manifest.is_web and find_browser() is None:
+            raise AotuiError(
+                ErrorCode.E_UNAVAILABLE,
+                f"{app.manifest.name} is a web app and this machine has no headless browser; "
+                f"install one: {INSTALL_HINT}",
+            )
         uid = self._leased.get(app.app_id)
         if self.uids is not None and uid is None:
             # Keyed by the runtime directory: two live desktops never share one.
@@ -169,11 +176,12 @@ class WorkerLeases:
             app_dir=str(app_dir),
             fs_read=[p.scope for p in grants if p.resource == "fs" and p.action == "read"],
             fs_write=[p.scope for p in grants if p.resource == "fs" and p.action == "write"],
-            limits={**vars(self.config.limits), **app.manifest.limits},
+            limits=self.config.app_limits(app.manifest),
             uid=uid,
             strict=self.config.strict_sandbox,
             tmp_dir=str(tmp_dir),
             app_owner=list(owner) if owner else None,
+            browser=app.manifest.is_web,
         )
 
     def release(self, app: AppRecord) -> None:

@@ -184,7 +184,7 @@ class AppLifecycle:
             handle.pid = await launch
         output.handed_over()
         handle.output = output
-        limits = {**vars(self.config.limits), **app.manifest.limits}
+        limits = self.config.app_limits(app.manifest)
         self.watchdog.watch(app.app_id, handle.pid, limits["memory_mb"], limits["cpu_percent"])
         await asyncio.wait_for(asyncio.shield(handle.hello), timeout)
         await asyncio.wait_for(asyncio.shield(handle.first_update), timeout)
