@@ -77,8 +77,9 @@ __all__ = [
 DOMAIN = "aotui.invalid"
 #: The key of the one view of a page that marks none.
 GENERIC_VIEW = "page"
-#: The bound on one operation: the page's answer, then its settling.
-OPERATION_TIMEOUT_S = 10.0
+#: The bound on one operation: the page's answer, then its settling (under the desktop's
+#: default operation timeout of 5 s, so that the agent reads why).
+OPERATION_TIMEOUT_S = 4.0
 #: The bound on loading the page and its first settling.
 LOAD_TIMEOUT_S = 20.0
 #: Task turns without a DOM change that settle a page after it answered.
@@ -419,9 +420,11 @@ class WebApp(App):
     def _on_event(self, message: dict[str, Any]) -> bool:
         """One CDP event, as it is read (see :attr:`sandbox.cdp.Pipe.hook`); ``False`` keeps
         it for a waiter (a load event)."""
+        method = str(message["method"])
+        if method in ("Inspector.targetCrashed", "Target.targetCrashed", "Inspector.detached"):
+            self._gone(CDPCrashed(f"{method}: the page's renderer is gone"))
         if message.get("sessionId") != self.session:
             return False
-        method = str(message["method"])
         params = message.get("params") or {}
         if method == "Fetch.requestPaused":
             self._serve(params)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.interface.client import Client, DesktopUnavailable
 from aotui.supervisor.interface.launch import DesktopLaunch, launch_desktop
 
@@ -166,6 +167,7 @@ def _script(t: Transcript) -> None:
         'execute add_note --title "TUI" --text "I own the TUI project."</context>'
     )
     t.agent(f"<context>collapse --application {chat}</context>")
+    _web_app(t)
     t.snapshot()
 
     t.show("a mistake the agent can recover from", "mount without app_id")
@@ -173,6 +175,28 @@ def _script(t: Transcript) -> None:
         t.client.execute("<context>mount --view view_3</context>")
     except AotuiError as exc:
         t.show("desktop (error)", f"{exc.code.value} (exit {exc.code.exit_code}): {exc.message}")
+
+
+def _web_app(t: Transcript) -> None:
+    """Tasks, the bundled web app: a page in a headless browser, driven like any app."""
+    from aotui.sandbox.browser import INSTALL_HINT, find_browser  # only the demo needs it
+
+    if find_browser() is None:
+        t.show("Tasks (a web app) skipped", f"no headless browser here; install: {INSTALL_HINT}")
+        return
+    tasks = _find(t.client.snapshot(), "Tasks", "application")
+    t.agent(f"<context>open --application {tasks}</context>")
+    t.agent(
+        f'<context app_id="{tasks}" view_id="view_0">\n'
+        '    execute add_task --title "Answer Jane";\n'
+        '    execute add_task --title "Review the TUI notes";\n'
+        "</context>"
+    )
+    t.snapshot(tasks)
+    t.agent(
+        f'<context app_id="{tasks}" view_id="view_0">execute complete --task tasks[0]</context>'
+    )
+    t.snapshot(tasks)
 
 
 def _start_failures(client: Client) -> list[str]:
@@ -200,9 +224,14 @@ def _report_start_failures(failures: list[str], then: str) -> int:
 def run_demo(json_output: bool = False, script: Callable[[Transcript], None] = _script) -> int:
     """Start a private desktop, run the script against it, stop it; returns the exit code."""
     with tempfile.TemporaryDirectory(prefix="aotui-demo-") as runtime:
+        # The default apps and Tasks, the bundled web app.
+        config = Path(runtime) / "demo.toml"
+        apps = [*DesktopConfig().apps, "tasks"]
+        config.write_text(f"apps = {json.dumps(apps)}\n")
         # A private store too: the demo never touches your desktops.
         launch = DesktopLaunch(
             "demo",
+            config=config,
             socket=Path(runtime),
             env={**os.environ, "AOTUI_HOME": str(Path(runtime) / "home")},
         )
