@@ -195,6 +195,14 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DesktopConf
             )
         parse = _PARSERS.get(key)
         values[key] = parse(value) if parse else _scalar(key, value, known[key].default)
+    if "web_limits" not in values:
+        # The web defaults, lowered to ceilings a config lowered (a web app that then has too
+        # few tasks is refused when it opens, saying so).
+        ceilings = DesktopConfig(**values).max_limits.on_this_machine()
+        lowered = {
+            f.name: min(getattr(WEB_LIMITS, f.name), ceilings[f.name][0]) for f in fields(Limits)
+        }
+        values["web_limits"] = Limits(**lowered)
     config = DesktopConfig(**values)
     _check_whole(config)
     return config
@@ -294,7 +302,7 @@ def _check_whole(config: DesktopConfig) -> None:
                     f"config key '{table}.{limit.name}' is {value}, over its ceiling {most} "
                     f"({why})",
                 )
-    if config.web_limits.pids < MIN_BROWSER_TASKS:
+    if config.web_limits.pids < MIN_BROWSER_TASKS and config.web_limits.pids < ceilings["pids"][0]:
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,
             f"config key 'web_limits.pids' is {config.web_limits.pids}; a web app's browser "

@@ -11,12 +11,14 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psutil
 import pytest
 
@@ -24,6 +26,9 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.sandbox import browser
 from aotui.supervisor.manifest import MIN_BROWSER_TASKS, load_manifest
 from tests.conftest import RunningDesktop, wait_for
+from tests.rpc_peer import RpcPeer
+from tests.test_mcp import mcp_session, where
+from tests.test_web_generic import FRAMEWORKS, item_ref, todomvc  # noqa: F401 - a fixture
 
 pytestmark = [
     pytest.mark.skipif(
@@ -139,9 +144,13 @@ def test_page_data_and_local_storage_survive_kill_9_of_the_worker(start_desktop:
     run(desktop, "app_0", tasks, "add_task --title Kept")
     run(desktop, "app_1", pulse, "set_note --text remembered")
     for app in ("app_0", "app_1"):
-        old = worker(desktop, app)
-        old.send_signal(signal.SIGKILL)
-        wait_for(lambda a=app, o=old.pid: _running_pid(desktop, a) not in (None, o), 30, app)
+        old = worker(desktop, app).pid
+        os.kill(old, signal.SIGKILL)
+
+        def back(app: str = app, old: int = old) -> bool:
+            return _running_pid(desktop, app) not in (None, old)
+
+        wait_for(back, 30, app)
     snapshot = desktop.client.snapshot()
     assert "- [Kept](task:tasks[0])" in snapshot
     assert "Note: remembered" in snapshot
@@ -287,3 +296,92 @@ def test_the_tutorial_shows_the_bundled_app_verbatim_and_what_the_agent_reads(
         run(desktop, "app_0", view, command)
         desktop.client.snapshot()  # refs resolve against what the agent read
     assert blocks(desktop.client.snapshot())["app_0"]["Tasks"][1].startswith(shown.group(1))
+
+
+def page(desktop: RunningDesktop) -> str:
+    """The Markdown of app_0's one view (a page without marks: named by its title)."""
+    ((_view, markdown),) = blocks(desktop.client.snapshot())["app_0"].values()
+    return markdown
+
+
+# --- third-party apps, unchanged ------------------------------------------------------------------
+
+FIELD = re.compile(r"\[\[input[^\]]*\]\]\(control:(page\[[0-9]+\])\)")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_todomvc_runs_unchanged_as_a_web_app_driven_by_desktop_commands(
+    framework: str,
+    todomvc: Path,  # noqa: F811 - the fixture of tests/test_web_generic.py
+    start_desktop: Start,
+    tmp_path: Path,
+) -> None:
+    """npm's TodoMVC, its files as published plus a manifest: three todos, one completed, the
+    Active filter, through `<context>` commands on a real desktop only."""
+    app = Path(shutil.copytree(todomvc / framework, tmp_path / framework))
+    manifest = {"id": f"test.todomvc.{framework}", "name": f"TodoMVC {framework}",
+                "version": "1.0.0", "entry": "index.html", "permissions": []}  # fmt: skip
+    (app / "aoapp.json").write_text(json.dumps(manifest))
+    desktop = start_desktop([str(app)])
+    ((view, markdown),) = opened(desktop, "app_0")["app_0"].values()
+    assert "# todos" in markdown
+    for todo in ("buy milk", "walk the dog", "write code"):
+        field = FIELD.search(markdown)
+        assert field, markdown
+        run(desktop, "app_0", view, f"type --target {field.group(1)} --text '{todo}' --submit")
+        markdown = page(desktop)
+    assert "**3** items left" in markdown
+    run(desktop, "app_0", view, f"check --target {item_ref(markdown, 'walk the dog')}")
+    markdown = page(desktop)
+    assert "**2** items left" in markdown
+    active = re.search(r"\[Active\]\(control:(page\[[0-9]+\])\)", markdown)
+    assert active, markdown
+    changed = run(desktop, "app_0", view, f"click --target {active.group(1)}")
+    assert changed == {"url": "https://app-0.aotui.invalid/index.html#/active"}
+    markdown = page(desktop)
+    assert "buy milk" in markdown
+    assert "write code" in markdown
+    assert "walk the dog" not in markdown
+
+
+# --- a page written for WebMCP alone --------------------------------------------------------------
+
+
+def test_a_webmcp_page_is_driven_by_commands_mcp_and_json_rpc(start_desktop: Start) -> None:
+    """tests/apps/webmcp_page has no aotui marks and no aotui.js: its WebMCP tools are its
+    operations on every face. The MCP client is the official SDK's; JSON-RPC is rpc.sock."""
+    desktop = start_desktop(["webmcp_page"])
+    ((view, markdown),) = opened(desktop, "app_0")["app_0"].values()
+    assert "[Add Item](operation:add_item)" in markdown
+    answer = run(desktop, "app_0", view, "add_item --name Eggs --quantity 2")
+    assert answer == {"content": [{"type": "text", "text": "Eggs: 2"}]}
+    with pytest.raises(AotuiError) as refused:
+        run(desktop, "app_0", view, "add_item --name Eggs --quantity 0")
+    assert refused.value.code is ErrorCode.E_INVALID_CMD
+    assert "--quantity must be at least 1" in refused.value.message
+
+    async def over_mcp() -> Any:
+        async with mcp_session(where(desktop)) as (session, _init):
+            await session.call_tool("snapshot", {})
+            return await session.call_tool(
+                "call_operation",
+                {
+                    "app": "app_0",
+                    "view": view,
+                    "operation": "add_item",
+                    "args": {"name": "Tea"},
+                },
+            )
+
+    called = anyio.run(over_mcp)
+    assert not called.isError, called
+    assert "Tea: 1" in json.dumps(called.structuredContent)
+    with RpcPeer(desktop.runtime / desktop.name / "rpc.sock") as peer:
+        peer.call("snapshot")
+        result = peer.call(
+            "execute", app="app_0", view=view, operation="add_item", args={"name": "Jam"}
+        )
+    assert "Jam: 1" in json.dumps(result)
+    listed = page(desktop)
+    for line in ("Eggs × 2", "Tea × 1", "Jam × 1"):
+        assert line in listed
