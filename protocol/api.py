@@ -723,6 +723,7 @@ class AppStatusRecord(Result):
     name: str = param("its manifest name")
     state: AppStatus = param("running, not running, collapsed, restarting, failed, …")
     system: bool = param("a system app (installed with the desktop; cannot be closed)")
+    web: bool = param("a web app: a page in a headless browser (docs/web-apps.md)")
     pid: int | None = param("its worker's pid", default=_MISSING)
     processes: int | None = param("processes in its worker's group", default=_MISSING)
     rss_bytes: int | None = param("memory of its worker's group", default=_MISSING)
@@ -734,7 +735,10 @@ class AppStatusRecord(Result):
     last_exit: str | None = param(
         "why its last worker ended (exit 1, signal 9, memory limit, …)", default=_MISSING
     )
-    layers: list[str] = param("the sandbox layers its worker runs under")
+    layers: list[str] = param(
+        "the sandbox layers its worker runs under (a web app's: chromium-sandbox when "
+        "Chromium's own sandbox is on inside the worker's)"
+    )
 
 
 class StatusResult(Result):

@@ -93,6 +93,9 @@ class SandboxLayer(enum.StrEnum):
     LANDLOCK_SCOPE = "landlock-scope"
     #: The seccomp allow-list of system calls.
     SECCOMP = "seccomp"
+    #: A web app's headless browser runs with Chromium's own sandbox on, inside the worker's
+    #: (absent: it runs with ``--no-sandbox`` inside it; ``docs/web-apps.md``).
+    CHROMIUM_SANDBOX = "chromium-sandbox"
 
 
 # --- nested records (not messages themselves) ---------------------------------------------------

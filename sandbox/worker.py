@@ -656,6 +656,8 @@ def run_worker(
                 )
             )
             return 1
+        if getattr(app, "chromium_sandbox", False):  # a web app's browser, sandbox.webapp
+            layers = (*layers, SandboxLayer.CHROMIUM_SANDBOX.value)
         loop.send(Hello(pid=os.getpid(), layers=[SandboxLayer(name) for name in layers]))
         loop.flush(force=True)
         loop.serve()

@@ -27,7 +27,7 @@ from aotui.sandbox import browser
 from aotui.supervisor.manifest import MIN_BROWSER_TASKS, load_manifest
 from tests.conftest import RunningDesktop, wait_for
 from tests.rpc_peer import RpcPeer
-from tests.test_mcp import mcp_session, where
+from tests.test_mcp import aotui, mcp_session, where
 from tests.test_web_generic import FRAMEWORKS, item_ref, todomvc  # noqa: F401 - a fixture
 
 pytestmark = [
@@ -385,3 +385,19 @@ def test_a_webmcp_page_is_driven_by_commands_mcp_and_json_rpc(start_desktop: Sta
     listed = page(desktop)
     for line in ("Eggs × 2", "Tea × 1", "Jam × 1"):
         assert line in listed
+
+
+def test_status_says_which_app_is_web_and_whether_chromium_s_sandbox_is_on(
+    start_desktop: Start,
+) -> None:
+    desktop = start_desktop(["tasks", "tasks_twin"])
+    opened(desktop, "app_0", "app_1")
+    rows = {row["app"]: row for row in desktop.client.status()["apps"]}
+    assert (rows["app_0"]["web"], rows["app_1"]["web"]) == (True, False)
+    shown = aotui(desktop, "status")
+    assert shown.returncode == 0, shown.stderr
+    own = "chromium-sandbox" in rows["app_0"]["layers"]
+    assert ("on, inside" if own else "off (--no-sandbox inside") in shown.stdout
+    assert "app_1 is a web app" not in shown.stdout
+    # The worker says why in System Logs, in its own words.
+    assert "Chromium's own sandbox " + ("on" if own else "off (") in desktop.client.snapshot()

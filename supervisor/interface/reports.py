@@ -127,4 +127,11 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     layers = sorted({layer for app in status["apps"] for layer in app.get("layers", [])})
     lines += ["", f"worker confinement layers: {', '.join(layers) or '(no worker running)'}"]
+    for app in status["apps"]:
+        if app.get("web") and app["pid"]:
+            own = "chromium-sandbox" in app.get("layers", [])
+            lines.append(
+                f"{app['app']} is a web app: Chromium's own sandbox "
+                + ("on, inside the worker's" if own else "off (--no-sandbox inside the worker's)")
+            )
     return "\n".join(lines)

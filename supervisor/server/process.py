@@ -612,6 +612,7 @@ class Supervisor:
             "name": app.name,
             "state": app.status.value,
             "system": app.manifest.system,
+            "web": app.manifest.is_web,
             "pid": pid,
             "processes": processes,
             "rss_bytes": rss,
