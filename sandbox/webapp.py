@@ -229,6 +229,9 @@ class WebApp(App):
         self._render_due = False
         self._last_change_render = 0.0
         self._console: tuple[int, int] = (0, 0)
+        #: The page's requests refused since the current operation began (CONTRACT §10: an
+        #: operation that fails that way answers E_PERMISSION).
+        self._refused: list[str] = []
         #: Whether Chromium's own sandbox runs inside ours (``aotui status`` says it).
         self.chromium_sandbox = False
 
@@ -360,6 +363,7 @@ class WebApp(App):
             result = self.generic.handle(call)  # it waits for the page to settle itself
             self._note_state(self._world("__aotuiWeb.state()"))
             return result
+        self._refused.clear()
         # A reference reaches the page as the item it named: its key and its data-value.
         args = dict(call.args)
         for name, stable in call.stable_keys.items():
@@ -388,6 +392,12 @@ class WebApp(App):
         self._settle(op, 0 if status in ("ok", "error") else QUIET_MS, OPERATION_TIMEOUT_S)
         if status == "error":
             message = sanitize(str(answer.get("message") or "no reason given"), limit=300)
+            if self._refused:
+                refused = sanitize(self._refused[0], limit=300)
+                raise AotuiError(
+                    ErrorCode.E_PERMISSION,
+                    f"{op} failed ({message}): the page's request to {refused}",
+                )
             raise AotuiError(ErrorCode.E_APP_ERROR, f"the page refused {op}: {message}")
         return answer.get("result") if isinstance(answer, dict) else None
 
@@ -499,6 +509,7 @@ class WebApp(App):
                 return
         except PermissionError as exc:
             self.log(f"the page's request to {url[:200]} was refused: {exc}")
+            self._refused.append(f"{url[:200]}: {exc}")
             self._fail(request_id, "AccessDenied")
             return
         except TimeoutError:

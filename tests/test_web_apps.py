@@ -210,8 +210,13 @@ def loopback() -> Iterator[int]:
 
 FETCHER = """<!doctype html><html><head><script src="/.aotui/aotui.js"></script></head><body>
 <section view="Fetcher"><p id="out">nothing yet</p>
-<button operation="get" args='{"url": "string"}'>Get</button></section>
+<button operation="get" args='{"url": "string"}'>Get</button>
+<button operation="get_or_fail" args='{"url": "string"}'>Get or fail</button></section>
 <script>
+aotui.operation("get_or_fail", async ({ url }) => {
+  const reply = await fetch(url);
+  document.getElementById("out").textContent = "got: " + await reply.text();
+});
 aotui.operation("get", async ({ url }) => {
   try {
     const reply = await fetch(url);
@@ -244,6 +249,12 @@ def test_the_page_reaches_the_network_only_through_the_broker_s_grants(
     snapshot = desktop.client.snapshot()
     assert "failed: TypeError" in snapshot
     assert "was refused" in snapshot
+    assert _Answer.served == 1
+    # An operation that fails because a request was refused answers E_PERMISSION (CONTRACT §10).
+    with pytest.raises(AotuiError) as refused:
+        run(desktop, "app_0", view, f"get_or_fail --url http://127.0.0.1:{loopback}/y")
+    assert refused.value.code is ErrorCode.E_PERMISSION
+    assert f"the page's request to http://127.0.0.1:{loopback}/y" in refused.value.message
     assert _Answer.served == 1
 
 
