@@ -68,7 +68,9 @@ _FLAGS = (
     "--disable-dev-shm-usage",
     "--disable-breakpad",
     "--disable-crash-reporter",
-    "--disable-features=WebRtcHideLocalIpsWithMdns,MediaRouter,OptimizationHints",
+    # BackForwardCache: back and forward load their page again (with a load event to wait for)
+    # instead of resuming a frozen one, which sends none.
+    "--disable-features=WebRtcHideLocalIpsWithMdns,MediaRouter,OptimizationHints,BackForwardCache",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--password-store=basic",

@@ -156,6 +156,22 @@ class Pipe:
             self._check_crash(session)
             self._read(deadline, f"no {method} event within {timeout_s:g} s")
 
+    def wait_any(
+        self, methods: tuple[str, ...], *, session: str | None = None, timeout_s: float = 10.0
+    ) -> dict[str, Any]:
+        """The first event of any of ``methods`` (of ``session`` when given), read or waited for:
+        the whole message (``method``, ``params``). Other events stay queued."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for event in list(self._events):
+                if event["method"] in methods and (
+                    session is None or event.get("sessionId") == session
+                ):
+                    self._events.remove(event)
+                    return event
+            self._check_crash(session)
+            self._read(deadline, f"none of {', '.join(methods)} within {timeout_s:g} s")
+
     def events(self) -> Iterator[dict[str, Any]]:
         """The events read so far (``method``, ``params``, ``sessionId``), oldest first; taken."""
         self._drain()

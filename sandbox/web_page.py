@@ -54,6 +54,8 @@ WORLD = "aotui-web"
 _BINDING = "__aotuiSignal"
 _DROPPED_HEADERS = {"content-encoding", "content-length", "transfer-encoding", "connection"}
 _CRASHES = ("Inspector.targetCrashed", "Target.targetCrashed", "Inspector.detached")
+#: Events kept for a waiter rather than handled: a document loaded, a same-document navigation.
+_WAITED = ("Page.loadEventFired", "Page.navigatedWithinDocument")
 
 
 class BrowserGone(BaseException):
@@ -147,7 +149,7 @@ class PageHost:
             self.gone(CDPCrashed(f"{method}: a page's renderer is gone"))
         page = self.pages.get(str(message.get("sessionId")))
         if page is None:
-            return method != "Page.loadEventFired"
+            return method not in _WAITED
         return page.on_event(method, message)
 
     def changed(self) -> None:
@@ -308,7 +310,7 @@ class Page:
         elif self.tools.on_event(message):
             self.tools_version += 1  # WebMCP tools came or went
             self.host.changed()
-        return method != "Page.loadEventFired"
+        return method not in _WAITED
 
     def _track_context(self, method: str, params: dict[str, Any]) -> None:
         """Follow the runtime's isolated world from document to document."""
@@ -333,13 +335,33 @@ class Page:
     # --- loading and waiting ------------------------------------------------------------------
 
     def navigate(self, url: str, timeout_s: float = LOAD_TIMEOUT_S) -> str:
-        """Load ``url`` and wait for its load event; the browser's error text, or ``""``."""
-        self.context = None
+        """Load ``url`` and wait for its load event (a same-document navigation has none); the
+        browser's error text, or ``""``."""
+        self.forget_navigations()
         reply = self.cdp("Page.navigate", {"url": url}, timeout_s)
         if reply.get("errorText"):
             return str(reply["errorText"])
-        self.wait_load(timeout_s, url)
+        if reply.get("loaderId"):  # a new document (its runtime's world replaces the old one's
+            self.wait_load(timeout_s, url)  # by Runtime events: see _track_context)
         return ""
+
+    def forget_navigations(self) -> None:
+        """Drop load and same-document events already read (before starting a navigation):
+        the only events the host keeps queued (:meth:`PageHost.on_event` takes the rest)."""
+        for _event in self.host.pipe.events():
+            pass
+
+    def wait_navigation(self, timeout_s: float, what: str) -> bool:
+        """Wait for a load or a same-document navigation; whether a new document loaded."""
+        try:
+            event = self.host.pipe.wait_any(_WAITED, session=self.session, timeout_s=timeout_s)
+        except CDPTimeout:
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT, f"{what} did not finish loading in {timeout_s:g} s"
+            ) from None
+        except CDPFailure as exc:
+            self.host.gone(exc)
+        return bool(event["method"] == "Page.loadEventFired")
 
     def wait_load(self, timeout_s: float, what: str) -> None:
         try:

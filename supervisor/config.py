@@ -138,7 +138,7 @@ class DesktopConfig:
     def app_limits(self, manifest: Manifest) -> dict[str, int]:
         """The limits ``manifest``'s app runs with: its own, else the desktop's defaults for
         its kind (``web_limits`` for a web app)."""
-        defaults = self.web_limits if manifest.is_web else self.limits
+        defaults = self.web_limits if manifest.uses_browser else self.limits
         return {**vars(defaults), **manifest.limits}
 
     def restart_policy(self, manifest_restart: Mapping[str, Any] | None = None) -> RestartPolicy:

@@ -76,6 +76,7 @@ _FIELDS = {
     "permissions",
     "limits",
     "restart",
+    "browser",
 }
 _MIB = 1 << 20
 
@@ -161,11 +162,19 @@ class Manifest:
     app_dir: Path
     #: Restart policy keys the manifest sets (``mode``, ``max_restarts``, ``period_s``, …).
     restart: dict[str, Any] = field(default_factory=dict)
+    #: A Python app that drives a headless browser itself (the Browser app): its worker gets
+    #: the browser's confinement and the web limits, as a web app's does.
+    browser: bool = False
 
     @property
     def is_web(self) -> bool:
         """A web app: its entry is a page, run in a headless browser (CONTRACT §10)."""
         return self.entry.endswith(".html")
+
+    @property
+    def uses_browser(self) -> bool:
+        """Its worker runs a headless browser: a web app, or an app that says ``browser``."""
+        return self.is_web or self.browser
 
 
 def _refuse(path: Path, field: str, problem: str) -> AotuiError:
@@ -268,7 +277,9 @@ def load_manifest(
     system = _system(directory, path, raw.get("system", False), system_dirs)
     permissions = _permissions(path, raw.get("permissions", []))
     limits = _limits(path, raw.get("limits", {}), ceilings or LimitCeilings())
-    if entry.suffix == ".html" and limits.get("pids", MIN_BROWSER_TASKS) < MIN_BROWSER_TASKS:
+    uses_browser = _flag(path, "browser", raw.get("browser", False))
+    uses_browser = uses_browser or entry.suffix == ".html"
+    if uses_browser and limits.get("pids", MIN_BROWSER_TASKS) < MIN_BROWSER_TASKS:
         raise _refuse(
             path,
             "limits.pids",
@@ -287,6 +298,7 @@ def load_manifest(
         permissions=permissions,
         limits=limits,
         app_dir=directory,
+        browser=bool(raw.get("browser", False)),
     )
 
 
@@ -341,6 +353,12 @@ def _permissions(path: Path, value: Any) -> tuple[Permission, ...]:
         except ValueError as exc:
             raise _refuse(path, "permissions", str(exc)) from None
     return tuple(permissions)
+
+
+def _flag(path: Path, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _refuse(path, name, "must be true or false")
+    return value
 
 
 def _system(directory: Path, path: Path, value: Any, system_dirs: Collection[Path]) -> bool:

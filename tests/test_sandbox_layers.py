@@ -14,7 +14,8 @@ pytestmark = pytest.mark.timeout(30)
 def test_doctor_lists_every_sandbox_layer_in_the_order_applied() -> None:
     """``aotui doctor``'s layers are the wire's closed set, as plain strings."""
     assert LAYERS[0] == "fd-close"
-    assert LAYERS[-1] == "seccomp"
+    # The last a worker applies; then a web app's browser starts, with its own sandbox or not.
+    assert LAYERS[-2:] == ("seccomp", "chromium-sandbox")
     assert all(type(name) is str for name in LAYERS)
     assert list(LAYERS) == [layer.value for layer in SandboxLayer]
     for root in (True, False):

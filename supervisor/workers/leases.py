@@ -147,10 +147,10 @@ class WorkerLeases:
     def policy(self, app: AppRecord) -> WorkerPolicy:
         """The confinement policy of ``app``'s worker; leases its uid and temp dir when new."""
         grants = app.manifest.permissions
-        if app.manifest.is_web and find_browser() is None:
+        if app.manifest.uses_browser and find_browser() is None:
             raise AotuiError(
                 ErrorCode.E_UNAVAILABLE,
-                f"{app.manifest.name} is a web app and this machine has no headless browser; "
+                f"{app.manifest.name} runs a headless browser and this machine has none; "
                 f"install one: {INSTALL_HINT}",
             )
         uid = self._leased.get(app.app_id)
@@ -181,7 +181,7 @@ class WorkerLeases:
             strict=self.config.strict_sandbox,
             tmp_dir=str(tmp_dir),
             app_owner=list(owner) if owner else None,
-            browser=app.manifest.is_web,
+            browser=app.manifest.uses_browser,
         )
 
     def release(self, app: AppRecord) -> None:

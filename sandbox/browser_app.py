@@ -1,0 +1,351 @@
+"""The Browser app's runtime: the web itself, as views an agent reads and commands it writes.
+
+``apps/browser`` (``com.aotui.browser``) is a Python app whose manifest says ``"browser": true``:
+its worker gets a web app's confinement (:mod:`sandbox.browser`) and runs one headless Chromium,
+whose pages are its tabs. Every request a page makes is paused and performed by the supervisor's
+broker under the manifest's ``net:http`` grants — the allow-list — so a navigation outside them is
+``E_PERMISSION`` naming the request and the grant that would allow it (:mod:`sandbox.web_page`).
+
+Views: ``Tabs`` (the open tabs, each a link to its view, and ``new_tab``) and one view per tab
+(key ``tab:N``), the page read generically (:mod:`sandbox.web_generic`: visible structure as
+Markdown, a ref on everything an agent can act on) with its URL on top, its WebMCP tools, and the
+tab's operations: ``navigate``, ``back``, ``forward``, ``reload``, ``click``, ``type``,
+``select``, ``check``, ``press``, ``scroll``, ``wait_for``, ``find``, ``set_viewport``,
+``new_tab`` and ``close_tab``. Each answers once the page has settled, with what changed (URL,
+title), never a whole page. The open tabs and their URLs are the app's stored data: after a
+restart the same tabs open at the same URLs.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from markupsafe import Markup
+
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.structure import sanitize
+from aotui.sandbox.render import render_view
+from aotui.sandbox.sdk import App, OperationCall, View
+from aotui.sandbox.web_generic import OPERATIONS, QUIET_MS, GenericPage
+from aotui.sandbox.web_page import LOAD_TIMEOUT_S, OPERATION_TIMEOUT_S, Page, PageHost
+from aotui.sandbox.webapp import EveryOperation
+
+__all__ = ["MAX_TABS", "TAB_OPERATIONS", "BrowserApp", "TabView", "TabsView"]
+
+#: Tabs open at once; a ``new_tab`` past it is refused.
+MAX_TABS = 8
+#: The longest wait ``wait_for`` takes (under the desktop's operation timeout).
+MAX_WAIT_MS = 3500
+#: Lines ``find`` answers with, at most.
+MAX_FOUND = 20
+#: The operations of a tab besides the generic ones, as (args, description).
+TAB_OPERATIONS: dict[str, tuple[dict[str, str], str]] = {
+    "navigate": ({"url": "string"}, "Open a URL (http or https) in this tab"),
+    "back": ({}, "Go back in this tab's history"),
+    "forward": ({}, "Go forward in this tab's history"),
+    "reload": ({}, "Load this page again"),
+    "wait_for": (
+        {"text?": "string", "gone?": "string", "timeout_ms?": "integer"},
+        f"Wait until a text shows (--text) or is gone (--gone), at most {MAX_WAIT_MS} ms",
+    ),
+    "find": ({"text": "string"}, "The lines of this page with a text, and their refs"),
+    "set_viewport": ({"width": "integer", "height": "integer"}, "Resize the page, in CSS px"),
+    "new_tab": ({"url?": "string"}, "Open a new tab (at a URL, else empty)"),
+    "close_tab": ({}, "Close this tab"),
+}
+_REF = re.compile(r"\(control:(page\[[0-9]+\])\)")
+_WAIT = """new Promise((resolve) => {
+  const [text, want, until] = %s;
+  const end = performance.now() + until;
+  const tick = () => {
+    const has = (document.body ? document.body.innerText : "").includes(text);
+    if (has === want) resolve(true);
+    else if (performance.now() >= end) resolve(false);
+    else setTimeout(tick, 25);
+  };
+  tick();
+})"""
+
+
+def _buttons(operations: dict[str, tuple[dict[str, str], str]]) -> str:
+    return "".join(
+        f'<button operation="{op}"'
+        + (f' args="{html.escape(json.dumps(args))}"' if args else "")
+        + f' description="{html.escape(text)}">{op}</button>'
+        for op, (args, text) in operations.items()
+    )
+
+
+class TabsView(View["BrowserApp"]):
+    """The open tabs, each a link to its view."""
+
+    def inputs(self) -> Any:
+        return tuple((key, tab.url, tab.title) for key, tab in self.app.tabs.items())
+
+    def render(self) -> str:
+        items = Markup("").join(
+            Markup('<li key="{}">{} {}</li>').format(
+                key, self.link(key, tab.title or tab.url or "New tab"), tab.url
+            )
+            for key, tab in self.app.tabs.items()
+        )
+        body = Markup('<ul list="tab[]:tabs">{}</ul>').format(items) if items else "<p>No tabs.</p>"
+        new = _buttons({"new_tab": TAB_OPERATIONS["new_tab"]})
+        return f'<section view="Tabs" description="The open tabs">{body}{new}</section>'
+
+    def handle(self, call: OperationCall) -> Any:
+        if call.operation != "new_tab":
+            raise AotuiError(ErrorCode.E_NOT_FOUND, f"Tabs has no operation {call.operation!r}")
+        return self.app.new_tab(call.args.get("url"))
+
+
+TabsView.handlers = EveryOperation()
+
+
+class Tab:
+    """One open tab: its page, read and driven generically."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.generic = GenericPage(
+            page.host.pipe, page.session, settle_timeout_s=OPERATION_TIMEOUT_S
+        )
+        self.url = "about:blank"
+        self.title = ""
+
+
+class TabView(View["BrowserApp"]):
+    """One tab: its page as Markdown with refs, and the tab's operations."""
+
+    def inputs(self) -> Any:
+        tab = self.app.tabs.get(self.key)
+        return None if tab is None else (tab.page.state(), tab.url)
+
+    def render(self) -> str:
+        tab = self.app.tabs.get(self.key)
+        if tab is None:
+            return (
+                '<section view="Closed tab"><p>This tab is closed; dismount this view.</p>'
+                "</section>"
+            )
+        extra = _buttons(TAB_OPERATIONS) + str(tab.page.tools.operations_html(None))
+        document = tab.generic.render(extra)
+        start = document.index(">") + 1
+        where = Markup("<p>URL: {}</p>").format(tab.url)
+        return document[:start] + str(where) + document[start:]
+
+    def handle(self, call: OperationCall) -> Any:
+        return self.app.operate(self.key, call)
+
+
+TabView.handlers = EveryOperation()
+
+
+class BrowserApp(App):
+    """A headless browser whose pages are the app's tabs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host = PageHost(self)
+        self.tabs: dict[str, Tab] = {}
+
+    @property
+    def chromium_sandbox(self) -> bool:
+        """Whether Chromium's own sandbox runs inside ours (``aotui status`` says it)."""
+        return self.host.chromium_sandbox
+
+    # --- life ---------------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        """Start the browser; open the stored tabs again (one empty tab on a first start)."""
+        self.host.launch()
+        self.log(f"Browser: Chromium's own sandbox {self.host.sandbox_line()}")
+        stored = sorted(
+            (int(key.removeprefix("tab:")), value)
+            for key, value in self.stored.items()
+            if key.startswith("tab:") and isinstance(value, dict)
+        )
+        for number, saved in stored or [(1, {"url": "about:blank"})]:
+            self._open(f"tab:{number}", str(saved.get("url", "about:blank")), restoring=True)
+
+    def roots(self) -> list[View[Any]]:
+        return [TabsView("tabs"), *(TabView(key) for key in list(self.tabs)[:1])]
+
+    def resolve_view(self, key: str) -> View[Any] | None:
+        return TabView(key) if key in self.tabs else None
+
+    def _aotui_watch(self) -> Any:
+        return self.host.watch()
+
+    # --- tabs ---------------------------------------------------------------------------------
+
+    def new_tab(self, url: str | None) -> dict[str, Any]:
+        if len(self.tabs) >= MAX_TABS:
+            raise AotuiError(
+                ErrorCode.E_RATE_LIMITED,
+                f"{MAX_TABS} tabs are open already; close one (close_tab) first",
+            )
+        number = int(self.stored.get("next_tab", 2))
+        self.stored["next_tab"] = number + 1
+        key = f"tab:{number}"
+        tab = self._open(key, "about:blank", restoring=False)
+        if url:
+            self._go(tab, url)
+        self.stored[key] = {"url": tab.url}
+        return {"tab": key, "url": tab.url, "title": tab.title}
+
+    def _open(self, key: str, url: str, *, restoring: bool) -> Tab:
+        tab = self.tabs[key] = Tab(self.host.open_page())
+        if url != "about:blank":
+            try:
+                self._go(tab, url)
+            except AotuiError as exc:
+                if not restoring:
+                    raise
+                self.log(f"{key}: {url} did not open again: {exc.message}")
+        return tab
+
+    def close_tab(self, key: str) -> dict[str, Any]:
+        tab = self.tabs.pop(key)
+        self.host.close_page(tab.page)
+        del self.stored[key]
+        return {"closed": key}
+
+    # --- operations ---------------------------------------------------------------------------
+
+    def operate(self, key: str, call: OperationCall) -> Any:
+        """Run one operation of tab ``key``; what changed (URL, title), or its answer."""
+        tab = self.tabs.get(key)
+        if tab is None:
+            raise AotuiError(ErrorCode.E_STALE_STATE, f"{key} is closed; pull again")
+        op, args = call.operation, call.args
+        before = (tab.url, tab.title)
+        if tab.page.tools.offers(None, op):
+            result = tab.page.tools.invoke(op, args, timeout_s=OPERATION_TIMEOUT_S)
+            tab.page.settle(op, 0)
+        elif op in OPERATIONS:
+            tab.page.refused.clear()
+            tab.generic.handle(call)  # its answer is what changed: computed below for all
+            result = None
+            tab.page.note_state(tab.page.world("__aotuiWeb.state()"))
+        elif op in ("new_tab", "close_tab"):
+            return self.new_tab(args.get("url")) if op == "new_tab" else self.close_tab(key)
+        elif op in ("navigate", "back", "forward", "reload"):
+            self._go(tab, str(args.get("url", "")), op)
+            result = None
+        elif op == "wait_for":
+            return self._wait_for(tab, args)
+        elif op == "find":
+            return self._find(key, str(args.get("text", "")))
+        elif op == "set_viewport":
+            self._viewport(tab, int(args["width"]), int(args["height"]))
+            result = None
+        else:
+            raise AotuiError(ErrorCode.E_NOT_FOUND, f"a tab has no operation {op!r}")
+        self._note_location(key, tab)
+        changed = {
+            name: now
+            for name, was, now in (("url", before[0], tab.url), ("title", before[1], tab.title))
+            if was != now
+        }
+        if result is not None:
+            return result if not changed else {"result": result, **changed}
+        return changed or None
+
+    def _go(self, tab: Tab, url: str, how: str = "navigate") -> None:
+        """Navigate (or go back, forward, reload) and wait for the page to settle."""
+        page = tab.page
+        page.refused.clear()
+        if how == "navigate":
+            scheme = urlsplit(url).scheme
+            if scheme not in ("http", "https"):
+                raise AotuiError(
+                    ErrorCode.E_INVALID_CMD,
+                    f"--url must be an http:// or https:// URL, got {sanitize(url, limit=200)!r}",
+                    {"arg": "url"},
+                )
+            error = page.navigate(url, LOAD_TIMEOUT_S)
+        else:
+            error = self._history(page, how)
+        if error:
+            if page.refused:
+                host = urlsplit(url).hostname or "the host" if how == "navigate" else "the host"
+                raise AotuiError(
+                    ErrorCode.E_PERMISSION,
+                    f"{how} refused: the request to {sanitize(page.refused[0], limit=300)}. "
+                    f"A net:http:{host} grant in the Browser's manifest would allow it",
+                )
+            raise AotuiError(
+                ErrorCode.E_APP_ERROR, f"{how} to {sanitize(url, limit=200)} failed: {error}"
+            )
+        page.settle(how, QUIET_MS)
+        self._note_location(None, tab)
+
+    def _history(self, page: Page, how: str) -> str:
+        if how == "reload":
+            page.forget_navigations()
+            page.cdp("Page.reload", {})
+            page.wait_navigation(LOAD_TIMEOUT_S, "reload")
+            return ""
+        history = page.cdp("Page.getNavigationHistory", {})
+        at = int(history["currentIndex"]) + (-1 if how == "back" else 1)
+        entries = history["entries"]
+        if not 0 <= at < len(entries):
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD, f"there is no page to go {how} to in this tab's history"
+            )
+        page.forget_navigations()
+        page.cdp("Page.navigateToHistoryEntry", {"entryId": entries[at]["id"]})
+        page.wait_navigation(LOAD_TIMEOUT_S, how)
+        return ""
+
+    def _note_location(self, key: str | None, tab: Tab) -> None:
+        where = tab.page.cdp("Runtime.evaluate", {
+            "expression": "[location.href, document.title]", "returnByValue": True,
+        })  # fmt: skip
+        value = (where.get("result") or {}).get("value") or [tab.url, tab.title]
+        tab.url, tab.title = str(value[0])[:2000], sanitize(str(value[1]), limit=200)
+        for name, known in self.tabs.items():
+            if known is tab and self.stored.get(name, {}).get("url") != tab.url:
+                self.stored[name] = {"url": tab.url}
+
+    def _wait_for(self, tab: Tab, args: Any) -> dict[str, Any]:
+        text, gone = args.get("text"), args.get("gone")
+        if (text is None) == (gone is None):
+            raise AotuiError(ErrorCode.E_INVALID_CMD, "wait_for takes --text or --gone (one)")
+        until = min(int(args.get("timeout_ms", MAX_WAIT_MS)), MAX_WAIT_MS)
+        wanted = json.dumps([text if text is not None else gone, text is not None, until])
+        met = tab.page.world(_WAIT % wanted, await_promise=True, timeout_s=until / 1000 + 2)
+        if met is not True:
+            what = f"{text!r} to show" if text is not None else f"{gone!r} to go"
+            raise AotuiError(ErrorCode.E_TIMEOUT, f"waited {until} ms for {what}; it did not")
+        tab.page.settle("wait_for", 0)
+        return {"met": True}
+
+    def _find(self, key: str, text: str) -> list[dict[str, Any]]:
+        if not text:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, "--text must not be empty", {"arg": "text"})
+        view = self.view(key)
+        assert view is not None
+        lines = render_view(view.render()).markdown.split("#### Operations")[0].splitlines()
+        found = [
+            {"line": line.strip(), "refs": _REF.findall(line)}
+            for line in lines
+            if text.lower() in line.lower()
+        ]
+        return found[:MAX_FOUND]
+
+    def _viewport(self, tab: Tab, width: int, height: int) -> None:
+        if not (100 <= width <= 4000 and 100 <= height <= 4000):
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD, "--width and --height are CSS pixels from 100 to 4000"
+            )
+        tab.page.cdp(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
+        tab.page.settle("set_viewport", QUIET_MS)

@@ -1,0 +1,193 @@
+"""The Browser app (issue 23): the web through the desktop, on a real desktop and a real Chromium.
+
+Pages are served on loopback by the test; the Browser reaches them only through the broker, with
+the test's grant (``net:http:localhost`` and the desktop's ``allow_private_http``, as the HTTP
+tests do). The agent's side is the desktop's own commands.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.sandbox import browser
+from aotui.supervisor.manifest import BUNDLED_APPS_DIR
+from tests.conftest import RunningDesktop, wait_for
+
+pytestmark = [
+    pytest.mark.skipif(
+        browser.find_browser() is None,
+        reason=f"no headless browser installed ({browser.INSTALL_HINT})",
+    ),
+    pytest.mark.timeout(120),
+]
+
+Start = Callable[..., RunningDesktop]
+HOME = """<!doctype html><html><head><title>Home</title></head><body>
+<h1>Welcome</h1><p>Go to <a href="/two.html">page two</a>.</p>
+<input placeholder="Name" oninput="document.getElementById('echo').textContent = this.value">
+<p id="echo"></p>
+<button onclick="setTimeout(() => document.querySelector('h1').textContent = 'Clicked', 10)">
+Press me</button></body></html>"""
+TWO = """<!doctype html><html><head><title>Two</title></head><body><h1>Second page</h1>
+<a href="#part">A hash link</a></body></html>"""
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[str]:
+    """Two pages on a loopback port; the base URL (by name: the grant is net:http:localhost)."""
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "index.html").write_text(HOME)
+    (root / "two.html").write_text(TWO)
+    handler = functools.partial(_Quiet, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def desktop(start_desktop: Start, tmp_path: Path) -> RunningDesktop:
+    """A desktop with the bundled Browser, granted localhost only, open."""
+    app = Path(shutil.copytree(BUNDLED_APPS_DIR / "browser", tmp_path / "browser"))
+    manifest = json.loads((app / "aoapp.json").read_text())
+    manifest["permissions"] = ["net:http:localhost"]
+    (app / "aoapp.json").write_text(json.dumps(manifest))
+    running = start_desktop([str(app)], allow_private_http=True, restart_backoff_s=0.001)
+    running.client.execute("<context>open --application app_0</context>")
+    return running
+
+
+def views(desktop: RunningDesktop) -> dict[str, tuple[str, str]]:
+    """The Browser's views: name → (view id, Markdown)."""
+    snapshot = desktop.client.snapshot()
+    block = snapshot[snapshot.index('<application id="app_0"') :]
+    found = re.finditer(r'<view id="(view_\d+)" name="([^"]*)">\n(.*?)</view>', block, re.S)
+    return {m.group(2): (m.group(1), m.group(3)) for m in found}
+
+
+def tab(desktop: RunningDesktop, name: str | None = None) -> tuple[str, str]:
+    """The view id and Markdown of the tab named ``name`` (its title), else the first tab."""
+    shown = views(desktop)
+    for found, (view, markdown) in shown.items():
+        if found != "Tabs" and (name is None or found == name):
+            return view, markdown
+    raise AssertionError(f"no tab {name!r} in {list(shown)}")
+
+
+def run(desktop: RunningDesktop, view: str, command: str) -> Any:
+    context = f'<context app_id="app_0" view_id="{view}">execute {command}</context>'
+    return desktop.client.execute(context)["results"][0]
+
+
+def ref(markdown: str, label: str) -> str:
+    found = re.search(rf"\[{re.escape(label)}[^\]]*\]+\(control:(page\[[0-9]+\])\)", markdown)
+    assert found, markdown
+    return found.group(1)
+
+
+def test_navigate_read_click_type_and_go_back_and_forward(
+    desktop: RunningDesktop, site: str
+) -> None:
+    view, _ = tab(desktop)
+    changed = run(desktop, view, f"navigate --url {site}/index.html")
+    assert changed == {"url": f"{site}/index.html", "title": "Home"}
+    view, page = tab(desktop, "Home")
+    assert page.startswith(f"URL: {site}/index.html\n\n# Welcome\n")
+    # The click's change comes 10 ms later: the answer waits for the page to settle.
+    assert run(desktop, view, f"click --target {ref(page, 'Press me')}") is None
+    view, page = tab(desktop, "Home")
+    assert "# Clicked" in page
+    run(desktop, view, f"type --target {ref(page, '[input')} --text 'Ada Lovelace'")
+    _, page = tab(desktop, "Home")
+    assert "Ada Lovelace" in page
+    changed = run(desktop, view, f"click --target {ref(page, 'page two')}")
+    assert changed == {"url": f"{site}/two.html", "title": "Two"}
+    view, page = tab(desktop, "Two")
+    assert "# Second page" in page
+    run(desktop, view, f"click --target {ref(page, 'A hash link')}")  # same document
+    assert run(desktop, view, "back") == {"url": f"{site}/two.html"}
+    assert run(desktop, view, "back") == {"url": f"{site}/index.html", "title": "Home"}
+    assert run(desktop, view, "forward") == {"url": f"{site}/two.html", "title": "Two"}
+    assert run(desktop, view, "forward") == {"url": f"{site}/two.html#part"}
+    with pytest.raises(AotuiError) as nowhere:
+        run(desktop, view, "forward")
+    assert "no page to go forward to" in nowhere.value.message
+    assert run(desktop, view, "reload") is None
+
+
+def test_a_host_outside_the_grants_is_e_permission_naming_the_grant(
+    desktop: RunningDesktop, site: str
+) -> None:
+    view, _ = tab(desktop)
+    address = site.replace("localhost", "127.0.0.1")  # an address is matched only by "*"
+    with pytest.raises(AotuiError) as refused:
+        run(desktop, view, f"navigate --url {address}/index.html")
+    assert refused.value.code is ErrorCode.E_PERMISSION
+    assert "net:http:127.0.0.1 grant" in refused.value.message
+    for url in ("file:///etc/passwd", "javascript:alert(1)", "chrome://version"):
+        with pytest.raises(AotuiError) as bad:
+            run(desktop, view, f"navigate --url '{url}'")
+        assert bad.value.code is ErrorCode.E_INVALID_CMD
+
+
+def test_find_and_wait_for(desktop: RunningDesktop, site: str) -> None:
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/index.html")
+    view, _ = tab(desktop, "Home")
+    found = run(desktop, view, "find --text 'page two'")
+    assert found == [{"line": "Go to [page two](control:page[0]).", "refs": ["page[0]"]}]
+    assert run(desktop, view, "wait_for --text Welcome") == {"met": True}
+    with pytest.raises(AotuiError) as late:
+        run(desktop, view, "wait_for --text Never --timeout_ms 200")
+    assert late.value.code is ErrorCode.E_TIMEOUT
+
+
+def test_tabs_open_close_and_come_back_after_kill_9(desktop: RunningDesktop, site: str) -> None:
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/index.html")
+    opened = run(desktop, view, f"new_tab --url {site}/two.html")
+    assert opened == {"tab": "tab:2", "url": f"{site}/two.html", "title": "Two"}
+    tabs = views(desktop)["Tabs"][1]
+    assert f"{site}/index.html" in tabs
+    assert f"{site}/two.html" in tabs
+    row = desktop.client.status()["apps"][0]
+    os.kill(row["pid"], signal.SIGKILL)
+
+    def back() -> bool:
+        again = desktop.client.status()["apps"][0]
+        return again["state"] == "running" and again["pid"] != row["pid"]
+
+    wait_for(back, 30, "the Browser back")
+    tabs = views(desktop)["Tabs"][1]
+    assert f"{site}/index.html" in tabs
+    assert f"{site}/two.html" in tabs
+    view, page = tab(desktop, "Home")
+    assert "# Welcome" in page
+    assert run(desktop, view, "close_tab") == {"closed": "tab:1"}
+    assert f"{site}/index.html" not in views(desktop)["Tabs"][1]
+    assert not psutil.pid_exists(row["pid"]) or psutil.Process(row["pid"]).status() == "zombie"
