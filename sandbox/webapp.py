@@ -128,19 +128,74 @@ _DISPATCH = """async (key, operation, args, stableKeys, timeoutMs) => {
   }
   return {status: event.defaultPrevented ? "ok" : "none", result: null};
 }"""
-_SERIALIZE = """(() => {
+_SERIALIZE = """(async () => {
   const a = window.aotui;
-  const page = a && typeof a.serialize === "function" ? a.serialize() : null;
+  const page = a && typeof a.serialize === "function" ? await a.serialize() : null;
   const stored = {};
   for (let i = 0; i < localStorage.length; i++) {
     const k = localStorage.key(i);
     stored[k] = localStorage.getItem(k);
   }
-  return JSON.stringify({page: page === undefined ? null : page, local_storage: stored});
+  const done = (request) => new Promise((resolve, reject) => {
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+  const databases = [];
+  for (const info of await indexedDB.databases()) {
+    const db = await done(indexedDB.open(info.name));
+    const stores = [];
+    for (const name of db.objectStoreNames) {
+      const store = db.transaction(name).objectStore(name);
+      const [keys, values] = await Promise.all([done(store.getAllKeys()), done(store.getAll())]);
+      const indexes = [...store.indexNames].map((n) => {
+        const index = store.index(n);
+        return {name: n, keyPath: index.keyPath, unique: index.unique,
+          multiEntry: index.multiEntry};
+      });
+      stores.push({name, keyPath: store.keyPath, autoIncrement: store.autoIncrement, indexes,
+        records: keys.map((key, i) => [key, values[i]])});
+    }
+    databases.push({name: db.name, version: db.version, stores});
+    db.close();
+  }
+  return JSON.stringify({page: page === undefined ? null : page, local_storage: stored,
+    indexed_db: databases});
 })()"""
-_LOAD_STORAGE = """(items) => {
+_LOAD_STORAGE = """async (items, databases) => {
   localStorage.clear();
   for (const [k, v] of Object.entries(items)) localStorage.setItem(k, v);
+  const done = (request) => new Promise((resolve, reject) => {
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+    request.onblocked = () => reject(new Error("blocked"));
+  });
+  for (const info of await indexedDB.databases()) await done(indexedDB.deleteDatabase(info.name));
+  for (const saved of databases) {
+    const opening = indexedDB.open(saved.name, saved.version);
+    opening.onupgradeneeded = () => {
+      for (const s of saved.stores) {
+        const store = opening.result.createObjectStore(s.name,
+          {keyPath: s.keyPath, autoIncrement: s.autoIncrement});
+        for (const i of s.indexes) {
+          store.createIndex(i.name, i.keyPath, {unique: i.unique, multiEntry: i.multiEntry});
+        }
+      }
+    };
+    const db = await done(opening);
+    for (const s of saved.stores) {
+      if (!s.records.length) continue;
+      const tx = db.transaction(s.name, "readwrite");
+      const store = tx.objectStore(s.name);
+      for (const [key, value] of s.records) {
+        if (s.keyPath === null) store.put(value, key); else store.put(value);
+      }
+      await new Promise((resolve, reject) => {
+        tx.oncomplete = resolve;
+        tx.onerror = () => reject(tx.error);
+      });
+    }
+    db.close();
+  }
   return localStorage.length;
 }"""
 _RESTORE = """async (text) => {
@@ -249,9 +304,14 @@ class WebApp(App):
         page = self._page = self.host.open_page()
         restored = self._restored or {}
         storage = restored.get("local_storage")
-        if isinstance(storage, dict) and storage:
+        storage = storage if isinstance(storage, dict) else {}
+        databases = restored.get("indexed_db")
+        databases = databases if isinstance(databases, list) else []
+        if storage or databases:
+            # Written on a blank page of the app's origin, before the app's own scripts run.
             self._load(f"{self.origin}{_BLANK_PATH}")
-            page.main(_LOAD_STORAGE, {str(k): str(v) for k, v in storage.items()})
+            items = {str(k): str(v) for k, v in storage.items()}
+            page.main(_LOAD_STORAGE, items, databases, await_promise=True, timeout_s=LOAD_TIMEOUT_S)
         self._load(f"{self.origin}/{self.entry}")
         data = restored.get("page")
         if data is not None:
@@ -352,5 +412,7 @@ class WebApp(App):
         """The page's ``aotui.serialize()`` and its ``localStorage``."""
         if self._page is None:
             return self._restored
-        text = self.page.evaluate({"expression": _SERIALIZE}, "to serialize its data")
+        text = self.page.evaluate(
+            {"expression": _SERIALIZE, "awaitPromise": True}, "to serialize its data"
+        )
         return json.loads(text) if isinstance(text, str) else None

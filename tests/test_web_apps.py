@@ -137,12 +137,15 @@ def test_a_page_that_never_settles_gets_a_timeout_naming_it(start_desktop: Start
     wait_for(lambda: "Beats: 0" in desktop.client.snapshot(), 30, "the page back, unchanged")
 
 
-def test_page_data_and_local_storage_survive_kill_9_of_the_worker(start_desktop: Start) -> None:
+def test_page_data_local_storage_and_indexed_db_survive_kill_9_of_the_worker(
+    start_desktop: Start,
+) -> None:
     desktop = start_desktop(["tasks", "webpulse"], restart_backoff_s=0.001)
     views = opened(desktop, "app_0", "app_1")
     tasks, pulse = views["app_0"]["Tasks"][0], views["app_1"]["Pulse"][0]
     run(desktop, "app_0", tasks, "add_task --title Kept")
     run(desktop, "app_1", pulse, "set_note --text remembered")
+    run(desktop, "app_1", pulse, "keep --text 'in IndexedDB'")
     for app in ("app_0", "app_1"):
         old = worker(desktop, app).pid
         os.kill(old, signal.SIGKILL)
@@ -154,6 +157,26 @@ def test_page_data_and_local_storage_survive_kill_9_of_the_worker(start_desktop:
     snapshot = desktop.client.snapshot()
     assert "- [Kept](task:tasks[0])" in snapshot
     assert "Note: remembered" in snapshot
+    assert "Kept: in IndexedDB" in snapshot
+
+
+def test_a_restart_restores_the_acknowledged_storage_not_later_writes(
+    start_desktop: Start,
+) -> None:
+    """The browser's profile outlives the worker, so a page's own later writes are on disk at
+    the restart: the acknowledged localStorage and IndexedDB replace them."""
+    desktop = start_desktop(["webpulse"], restart_backoff_s=0.001)
+    pulse = opened(desktop, "app_0")["app_0"]["Pulse"][0]
+    run(desktop, "app_0", pulse, "set_note --text acknowledged")
+    run(desktop, "app_0", pulse, "keep --text acknowledged")
+    run(desktop, "app_0", pulse, "keep_later --text unacknowledged --ms 50")
+    wait_for(lambda: "Kept: unacknowledged" in desktop.client.snapshot(), 10, "the late write")
+    old = worker(desktop, "app_0").pid
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: _running_pid(desktop, "app_0") not in (None, old), 30, "the restart")
+    snapshot = desktop.client.snapshot()
+    assert "Kept: acknowledged" in snapshot
+    assert "Note: acknowledged" in snapshot
 
 
 def test_a_crashed_renderer_restarts_the_app_with_its_data(start_desktop: Start) -> None:
