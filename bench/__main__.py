@@ -18,6 +18,7 @@ MODULES = [
     "bench_hostile",
     "bench_scale",
     "bench_tokens",
+    "bench_web",
 ]
 
 
