@@ -30,7 +30,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import sanitize
 from aotui.sandbox.render import render_view
 from aotui.sandbox.sdk import App, OperationCall, View
-from aotui.sandbox.web_generic import OPERATIONS, QUIET_MS, GenericPage
+from aotui.sandbox.web_generic import OPERATIONS, QUIET_MS, GenericOperation, GenericPage
 from aotui.sandbox.web_page import LOAD_TIMEOUT_S, OPERATION_TIMEOUT_S, Page, PageHost
 from aotui.sandbox.webapp import EveryOperation
 
@@ -44,20 +44,50 @@ MAX_WAIT_MS = 3500
 MAX_FOUND = 20
 #: The operations of a tab besides the generic ones, as (args, description).
 TAB_OPERATIONS: dict[str, tuple[dict[str, str], str]] = {
-    "navigate": ({"url": "string"}, "Open a URL (http or https) in this tab"),
+    "navigate": (
+        {"url?": "string", "route?": "string"},
+        "Open a URL (http or https), or go to a route of an agent-aware page",
+    ),
     "back": ({}, "Go back in this tab's history"),
     "forward": ({}, "Go forward in this tab's history"),
     "reload": ({}, "Load this page again"),
     "wait_for": (
-        {"text?": "string", "gone?": "string", "timeout_ms?": "integer"},
-        f"Wait until a text shows (--text) or is gone (--gone), at most {MAX_WAIT_MS} ms",
+        {
+            "text?": "string",
+            "gone?": "string",
+            "modal?": "string",
+            "visible?": "boolean",
+            "timeout_ms?": "integer",
+        },
+        f"Wait until a text shows (--text), is gone (--gone), or a modal is (not) --visible; "
+        f"at most {MAX_WAIT_MS} ms",
     ),
     "find": ({"text": "string"}, "The lines of this page with a text, and their refs"),
     "set_viewport": ({"width": "integer", "height": "integer"}, "Resize the page, in CSS px"),
+    "focus": ({"field?": "string", "modal?": "string"}, "Focus a field, or a modal's first field"),
+    "modal_open": ({"modal": "string"}, "Open a modal of an agent-aware page"),
+    "modal_close": ({"modal?": "string"}, "Close the active modal (or the one named)"),
+    "capabilities": ({}, "The routes, views, panels, modals and fields this page declares"),
     "new_tab": ({"url?": "string"}, "Open a new tab (at a URL, else empty)"),
     "close_tab": ({}, "Close this tab"),
 }
 _REF = re.compile(r"\(control:(page\[[0-9]+\])\)")
+#: The generic operations, as a tab declares them: click and type also take a field of an
+#: agent-aware page (seed 004) instead of a ref.
+TAB_GENERIC = {
+    **OPERATIONS,
+    "click": GenericOperation({"target?": "control", "field?": "string"}, "A ref, or --field"),
+    "type": GenericOperation(
+        {"target?": "control", "field?": "string", "text": "string", "submit?": "boolean"},
+        "Replace the text (a ref, or --field); --submit presses Enter",
+    ),
+}
+#: Sent to an agent-aware page as ``CustomEvent("assist:command", {detail: {cmd, params}})`` on
+#: ``window``; the page's router or modal code acts on it.
+_COMMAND = """(cmd, params) => {
+  window.dispatchEvent(new CustomEvent("assist:command", {detail: {cmd, params}}));
+  return true;
+}"""
 _WAIT = """new Promise((resolve) => {
   const [text, want, until] = %s;
   const end = performance.now() + until;
@@ -133,16 +163,35 @@ class TabView(View["BrowserApp"]):
                 "</section>"
             )
         extra = _buttons(TAB_OPERATIONS) + str(tab.page.tools.operations_html(None))
-        document = tab.generic.render(extra)
-        start = document.index(">") + 1
-        where = Markup("<p>URL: {}</p>").format(tab.url)
-        return document[:start] + str(where) + document[start:]
+        header = Markup("<p>URL: {}</p>").format(tab.url)
+        state = tab.generic.evaluate("__aotuiGeneric.assist()")
+        if isinstance(state, dict):
+            header += _assist_line(state)
+        return tab.generic.render(extra, TAB_GENERIC, str(header))
 
     def handle(self, call: OperationCall) -> Any:
         return self.app.operate(self.key, call)
 
 
 TabView.handlers = EveryOperation()
+
+
+def _assist_line(state: dict[str, Any]) -> Markup:
+    """Seed 004's active context, by its priority: modal, focus, view, route."""
+    parts: list[Markup] = []
+    for label, value in (
+        ("Modal", state.get("modal")),
+        ("Focus", state.get("focus")),
+        ("Views", ", ".join(str(v) for v in state.get("views") or [])),
+        ("Panels", ", ".join(str(v) for v in state.get("panels") or [])),
+        ("Route", state.get("route")),
+    ):
+        if value:
+            parts.append(Markup("{}: {}").format(label, sanitize(str(value), limit=200)))
+    title = state.get("title")
+    if title and state.get("route"):
+        parts[-1] += Markup(" ({})").format(sanitize(str(title), limit=200))
+    return Markup("<p>{}</p>").format(Markup(" · ").join(parts)) if parts else Markup("")
 
 
 class BrowserApp(App):
@@ -223,29 +272,12 @@ class BrowserApp(App):
         if tab is None:
             raise AotuiError(ErrorCode.E_STALE_STATE, f"{key} is closed; pull again")
         op, args = call.operation, call.args
-        before = (tab.url, tab.title)
-        if tab.page.tools.offers(None, op):
-            result = tab.page.tools.invoke(op, args, timeout_s=OPERATION_TIMEOUT_S)
-            tab.page.settle(op, 0)
-        elif op in OPERATIONS:
-            tab.page.refused.clear()
-            tab.generic.handle(call)  # its answer is what changed: computed below for all
-            result = None
-            tab.page.note_state(tab.page.world("__aotuiWeb.state()"))
-        elif op in ("new_tab", "close_tab"):
+        if op in ("new_tab", "close_tab"):
             return self.new_tab(args.get("url")) if op == "new_tab" else self.close_tab(key)
-        elif op in ("navigate", "back", "forward", "reload"):
-            self._go(tab, str(args.get("url", "")), op)
-            result = None
-        elif op == "wait_for":
-            return self._wait_for(tab, args)
-        elif op == "find":
-            return self._find(key, str(args.get("text", "")))
-        elif op == "set_viewport":
-            self._viewport(tab, int(args["width"]), int(args["height"]))
-            result = None
-        else:
-            raise AotuiError(ErrorCode.E_NOT_FOUND, f"a tab has no operation {op!r}")
+        if op in ("wait_for", "find"):
+            return self._wait_for(tab, args) if op == "wait_for" else self._find(key, args)
+        before = (tab.url, tab.title)
+        result = self._act(tab, call)
         self._note_location(key, tab)
         changed = {
             name: now
@@ -255,6 +287,31 @@ class BrowserApp(App):
         if result is not None:
             return result if not changed else {"result": result, **changed}
         return changed or None
+
+    def _act(self, tab: Tab, call: OperationCall) -> Any:
+        """Run an operation that may change the page; its own answer (most have none)."""
+        op, args = call.operation, call.args
+        if tab.page.tools.offers(None, op):
+            result = tab.page.tools.invoke(op, args, timeout_s=OPERATION_TIMEOUT_S)
+            tab.page.settle(op, 0)
+            return result
+        if op in OPERATIONS:
+            tab.page.refused.clear()
+            field = op in ("click", "type") and "field" in args
+            # Its answer is what changed: the caller computes that for every operation.
+            tab.generic.handle(self._field_call(tab, call) if field else call)
+            tab.page.note_state(tab.page.world("__aotuiWeb.state()"))
+        elif op == "navigate" and "route" in args:
+            self._route(tab, str(args["route"]))
+        elif op in ("navigate", "back", "forward", "reload"):
+            if op == "navigate" and "url" not in args:
+                raise AotuiError(ErrorCode.E_INVALID_CMD, "navigate takes --url or --route")
+            self._go(tab, str(args.get("url", "")), op)
+        elif op in ("focus", "modal_open", "modal_close", "capabilities", "set_viewport"):
+            return getattr(self, f"_{op}")(tab, args)
+        else:
+            raise AotuiError(ErrorCode.E_NOT_FOUND, f"a tab has no operation {op!r}")
+        return None
 
     def _go(self, tab: Tab, url: str, how: str = "navigate") -> None:
         """Navigate (or go back, forward, reload) and wait for the page to settle."""
@@ -314,6 +371,8 @@ class BrowserApp(App):
                 self.stored[name] = {"url": tab.url}
 
     def _wait_for(self, tab: Tab, args: Any) -> dict[str, Any]:
+        if "modal" in args:
+            return self._wait_modal(tab, str(args["modal"]), bool(args.get("visible", True)), args)
         text, gone = args.get("text"), args.get("gone")
         if (text is None) == (gone is None):
             raise AotuiError(ErrorCode.E_INVALID_CMD, "wait_for takes --text or --gone (one)")
@@ -326,7 +385,8 @@ class BrowserApp(App):
         tab.page.settle("wait_for", 0)
         return {"met": True}
 
-    def _find(self, key: str, text: str) -> list[dict[str, Any]]:
+    def _find(self, key: str, args: Any) -> list[dict[str, Any]]:
+        text = str(args.get("text", ""))
         if not text:
             raise AotuiError(ErrorCode.E_INVALID_CMD, "--text must not be empty", {"arg": "text"})
         view = self.view(key)
@@ -339,7 +399,8 @@ class BrowserApp(App):
         ]
         return found[:MAX_FOUND]
 
-    def _viewport(self, tab: Tab, width: int, height: int) -> None:
+    def _set_viewport(self, tab: Tab, args: Any) -> None:
+        width, height = int(args["width"]), int(args["height"])
         if not (100 <= width <= 4000 and 100 <= height <= 4000):
             raise AotuiError(
                 ErrorCode.E_INVALID_CMD, "--width and --height are CSS pixels from 100 to 4000"
@@ -349,3 +410,101 @@ class BrowserApp(App):
             {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
         )
         tab.page.settle("set_viewport", QUIET_MS)
+
+    # --- seed 004: agent-aware pages ------------------------------------------------------------
+
+    def _field(self, tab: Tab, name: str) -> dict[str, Any]:
+        found = tab.generic.evaluate(f"__aotuiGeneric.field({json.dumps(name)})")
+        if not isinstance(found, dict):
+            fields = tab.generic.evaluate("__aotuiGeneric.capabilities()").get("fields") or []
+            raise AotuiError(
+                ErrorCode.E_NOT_FOUND,
+                f"no visible field {sanitize(name, limit=100)!r} on this page (in the active "
+                f"modal, if one is open); its fields: {', '.join(map(str, fields[:30])) or 'none'}",
+                {"arg": "field"},
+            )
+        return found
+
+    def _field_call(self, tab: Tab, call: OperationCall) -> OperationCall:
+        """``call`` with its ``--field`` turned into the ref of that field's element."""
+        found = self._field(tab, str(call.args["field"]))
+        args = {k: v for k, v in call.args.items() if k != "field"}
+        args["target"] = {"doc": found["doc"]}
+        return OperationCall(call.operation, args, {"target": f"page[{int(found['id'])}]"})
+
+    def _state(self, tab: Tab) -> dict[str, Any]:
+        state = tab.generic.evaluate("__aotuiGeneric.assist()")
+        return state if isinstance(state, dict) else {}
+
+    def _command(self, tab: Tab, cmd: str, params: dict[str, Any]) -> None:
+        tab.page.main(_COMMAND, cmd, params)
+        tab.page.settle(cmd, QUIET_MS)
+
+    def _route(self, tab: Tab, route: str) -> None:
+        self._command(tab, "navigate", {"routeId": route})
+        now = self._state(tab).get("route")
+        if now != route:
+            routes = tab.generic.evaluate("__aotuiGeneric.capabilities()").get("routes") or []
+            raise AotuiError(
+                ErrorCode.E_APP_ERROR,
+                f"the page did not go to {sanitize(route, limit=100)} (it shows {now or 'no route'}"
+                f"; its routes: {', '.join(map(str, routes[:30])) or 'none'}). An agent-aware "
+                "page changes route on the assist:command event (docs/web-apps.md)",
+            )
+
+    def _capabilities(self, tab: Tab, args: Any) -> dict[str, Any]:
+        found: dict[str, Any] = tab.generic.evaluate("__aotuiGeneric.capabilities()")
+        return found
+
+    def _focus(self, tab: Tab, args: Any) -> None:
+        if "field" in args:
+            found = self._field(tab, str(args["field"]))
+            tab.generic.evaluate(f"__aotuiGeneric.element({int(found['id'])}, null).focus()")
+        elif "modal" in args:
+            self._command(tab, "focus", {"modalId": str(args["modal"])})
+        else:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, "focus takes --field or --modal")
+        tab.page.settle("focus", 0)
+
+    def _modal_open(self, tab: Tab, args: Any) -> None:
+        modal = str(args["modal"])
+        self._command(tab, "modal.open", {"modalId": modal})
+        if tab.generic.evaluate(f"__aotuiGeneric.modalShown({json.dumps(modal)})") is not True:
+            raise AotuiError(
+                ErrorCode.E_APP_ERROR,
+                f"the page did not open {sanitize(modal, limit=100)}: an agent-aware page opens "
+                "its modals on the assist:command event (docs/web-apps.md)",
+            )
+
+    def _modal_close(self, tab: Tab, args: Any) -> None:
+        modal = str(args.get("modal") or self._state(tab).get("modal") or "")
+        if not modal:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, "no modal is open; name one with --modal")
+        self._command(tab, "modal.close", {"modalId": modal})
+        shown = f"__aotuiGeneric.modalShown({json.dumps(modal)})"
+        if tab.generic.evaluate(shown) is True:
+            tab.generic.handle(OperationCall("press", {"key": "Escape"}, {}))
+        if tab.generic.evaluate(shown) is True:
+            raise AotuiError(
+                ErrorCode.E_APP_ERROR, f"the page did not close {sanitize(modal, limit=100)}"
+            )
+
+    def _wait_modal(self, tab: Tab, modal: str, visible: bool, args: Any) -> dict[str, Any]:
+        until = min(int(args.get("timeout_ms", MAX_WAIT_MS)), MAX_WAIT_MS)
+        wanted = json.dumps([modal, visible, until])
+        expression = f"""new Promise((resolve) => {{
+          const [modal, want, until] = {wanted};
+          const end = performance.now() + until;
+          const tick = () => {{
+            if (__aotuiGeneric.modalShown(modal) === want) resolve(true);
+            else if (performance.now() >= end) resolve(false);
+            else setTimeout(tick, 25);
+          }};
+          tick();
+        }})"""
+        if tab.generic.evaluate(expression, await_promise=True) is not True:
+            state = "visible" if visible else "hidden"
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT, f"waited {until} ms for {modal} to be {state}; it was not"
+            )
+        return {"met": True}

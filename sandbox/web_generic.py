@@ -115,21 +115,31 @@ class GenericPage:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def render(self, operations_html: str = "") -> str:
+    def render(
+        self,
+        operations_html: str = "",
+        operations: dict[str, GenericOperation] | None = None,
+        header: str = "",
+    ) -> str:
         """The page as one view document (marked HTML) for :func:`sandbox.render.render_view`.
 
         ``operations_html`` adds the page's own operations (its WebMCP tools, ``sandbox.webmcp``)
-        after the generic ones.
+        after the generic ones; ``operations`` replaces the generic ones' declarations (the
+        Browser's take a field too); ``header`` (marked HTML) goes before the page's content.
         """
         page = self._call("__aotuiGeneric.render()")
         title = html.escape(str(page.get("title") or "Page"))
-        operations = "".join(
+        declared = "".join(
             f'<button operation="{op_id}" args="{html.escape(json.dumps(op.args))}" '
             f'description="{html.escape(op.description)}">{op_id}</button>'
-            for op_id, op in OPERATIONS.items()
+            for op_id, op in (operations or OPERATIONS).items()
         )
         body = page.get("body", "")
-        return f'<section view="{title}">{body}{operations}{operations_html}</section>'
+        return f'<section view="{title}">{header}{body}{declared}{operations_html}</section>'
+
+    def evaluate(self, expression: str, *, await_promise: bool = False) -> Any:
+        """``expression``'s JSON value in the reader's isolated world (``__aotuiGeneric`` there)."""
+        return self._call(expression, await_promise=await_promise)
 
     # --- acting ------------------------------------------------------------------------------
 

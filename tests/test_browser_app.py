@@ -191,3 +191,83 @@ def test_tabs_open_close_and_come_back_after_kill_9(desktop: RunningDesktop, sit
     assert run(desktop, view, "close_tab") == {"closed": "tab:1"}
     assert f"{site}/index.html" not in views(desktop)["Tabs"][1]
     assert not psutil.pid_exists(row["pid"]) or psutil.Process(row["pid"]).status() == "zombie"
+
+
+# --- seed 004: agent-aware pages ------------------------------------------------------------------
+
+SHOP = """<!doctype html><html><head><title>Shop</title></head><body>
+<main data-assist-route="route:product" data-assist-title="Product Detail">
+  <section data-assist-view="view:productDetails"><h1>Tea</h1>
+    <aside data-assist-panel="panel:filters"><p>Filters</p></aside>
+    <aside data-assist-panel="panel:hidden" hidden><p>Never shown</p></aside>
+    <button data-assist-field="f:openLogin" onclick="openLogin()">Sign in</button>
+    <div id="host"></div>
+  </section>
+</main>
+<main data-assist-route="route:cart" data-assist-title="Cart" hidden><h1>Cart</h1></main>
+<div role="dialog" data-assist-modal="modal:login" aria-modal="true" hidden style="z-index: 5">
+  <h2>Sign in</h2><input data-assist-field="f:email" aria-label="Email">
+  <button data-assist-field="f:submit" onclick="signIn()">Go</button>
+</div>
+<div role="dialog" data-assist-modal="modal:cookies" aria-modal="true" style="z-index: 1">
+  <p>Cookies?</p></div>
+<p id="who"></p>
+<script>
+  const $ = (s) => document.querySelector(s);
+  // A field inside a shadow root: seed 004 counts it.
+  $("#host").attachShadow({mode: "open"}).innerHTML =
+    '<input data-assist-field="f:coupon" aria-label="Coupon">';
+  function openLogin() { $('[data-assist-modal="modal:login"]').hidden = false;
+    $('[data-assist-field="f:email"]').focus(); }
+  function signIn() {
+    $("#who").textContent = "Signed in as " + $('[data-assist-field="f:email"]').value;
+    $('[data-assist-modal="modal:login"]').hidden = true;
+  }
+  function route(id) {
+    for (const m of document.querySelectorAll("main")) m.hidden = m.dataset.assistRoute !== id;
+  }
+  window.addEventListener("assist:command", ({detail: {cmd, params}}) => {
+    if (cmd === "modal.open" && params.modalId === "modal:login") openLogin();
+    if (cmd === "modal.close") $(`[data-assist-modal="${params.modalId}"]`).hidden = true;
+    if (cmd === "navigate") route(params.routeId);
+  });
+</script></body></html>"""
+
+
+def test_an_agent_aware_page_shows_its_context_and_takes_seed_004_commands(
+    desktop: RunningDesktop, site: str, tmp_path: Path
+) -> None:
+    (tmp_path / "site" / "shop.html").write_text(SHOP)
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/shop.html")
+    view, page = tab(desktop, "Shop")
+    # Two modals shown: the cookie banner is the only aria-modal one visible; the login one is
+    # hidden. Route, views and panels by visibility (panel:hidden and route:cart left out).
+    assert (
+        "Modal: modal:cookies · Views: view:productDetails · Panels: panel:filters"
+        " · Route: route:product (Product Detail)"
+    ) in page
+    caps = run(desktop, view, "capabilities")
+    assert caps["routes"] == ["route:product", "route:cart"]
+    assert "f:coupon" in caps["fields"]  # inside a shadow root
+    run(desktop, view, "modal_close --modal modal:cookies")
+    run(desktop, view, "modal_open --modal modal:login")
+    _, page = tab(desktop, "Shop")
+    # The login modal is on top (z-index 5) and the email field has the focus.
+    assert "Modal: modal:login · Focus: f:email" in page
+    run(desktop, view, "type --field f:email --text ada@example.com")
+    # Only fields of the active modal: the page's own button is behind it.
+    with pytest.raises(AotuiError) as behind:
+        run(desktop, view, "click --field f:openLogin")
+    assert behind.value.code is ErrorCode.E_NOT_FOUND
+    run(desktop, view, "click --field f:submit")
+    assert run(desktop, view, "wait_for --modal modal:login --visible false") == {"met": True}
+    _, page = tab(desktop, "Shop")
+    assert "Signed in as ada@example.com" in page
+    assert "Modal:" not in page
+    run(desktop, view, "navigate --route route:cart")
+    _, page = tab(desktop, "Shop")
+    assert "Route: route:cart (Cart)" in page
+    with pytest.raises(AotuiError) as nowhere:
+        run(desktop, view, "navigate --route route:nowhere")
+    assert "its routes: route:product, route:cart" in nowhere.value.message

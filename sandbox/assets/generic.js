@@ -332,6 +332,96 @@
     }
   }
 
+  // --- seed 004: pages marked with data-assist-* --------------------------------------------
+
+  // Every element matching `selector`, shadow roots included (portals are ordinary nodes).
+  function deepAll(selector, root = document, found = []) {
+    for (const el of root.querySelectorAll(selector)) found.push(el);
+    for (const host of root.querySelectorAll("*")) {
+      if (host.shadowRoot) deepAll(selector, host.shadowRoot, found);
+    }
+    return found;
+  }
+
+  // Shown by the blueprint's rule: not hidden, display:none, aria-hidden or of zero area.
+  function visible(el) {
+    for (let at = el; at; at = at.parentElement || (at.getRootNode() || {}).host) {
+      if (at.nodeType !== 1) break;
+      if (at.hidden || at.getAttribute("aria-hidden") === "true") return false;
+    }
+    if (!el.isConnected || !el.checkVisibility({ visibilityProperty: true })) return false;
+    const r = el.getBoundingClientRect();
+    return r.width * r.height > 0;
+  }
+
+  function zIndex(el) {
+    for (let at = el; at && at.nodeType === 1; at = at.parentElement) {
+      const z = parseInt(getComputedStyle(at).zIndex, 10);
+      if (!Number.isNaN(z)) return z;
+    }
+    return 0;
+  }
+
+  // The topmost (z-index, then the later in document order) of `els`.
+  function topmost(els) {
+    let best = null;
+    for (const el of els) if (!best || zIndex(el) >= zIndex(best)) best = el;
+    return best;
+  }
+
+  function deepActive() {
+    let el = document.activeElement;
+    while (el && el.shadowRoot && el.shadowRoot.activeElement) el = el.shadowRoot.activeElement;
+    return el && el !== document.body ? el : null;
+  }
+
+  function fieldName(el) {
+    return el.getAttribute("data-assist-field") || el.getAttribute("name") || el.id || role(el);
+  }
+
+  function assist() {
+    const shown = (kind) => deepAll(`[data-assist-${kind}]`).filter(visible);
+    const id = (el, kind) => el.getAttribute(`data-assist-${kind}`);
+    const modals = shown("modal").filter((el) => el.getAttribute("aria-modal") === "true");
+    const modal = topmost(modals);
+    const routes = shown("route");
+    if (!deepAll("[data-assist-route],[data-assist-view],[data-assist-modal],[data-assist-panel]," +
+      "[data-assist-field]").length) return null;
+    const route = topmost(routes);
+    const scope = modal || null;
+    const active = deepActive();
+    const focus = active && (!scope || scope.contains(active)) ? fieldName(active) : null;
+    return {
+      route: route ? id(route, "route") : null,
+      title: route ? route.getAttribute("data-assist-title") : null,
+      views: shown("view").sort((a, b) => zIndex(b) - zIndex(a)).map((el) => id(el, "view")),
+      panels: shown("panel").map((el) => id(el, "panel")),
+      modal: modal ? id(modal, "modal") : null,
+      focus,
+    };
+  }
+
+  function capabilities() {
+    const all = (kind) => [...new Set(deepAll(`[data-assist-${kind}]`)
+      .map((el) => el.getAttribute(`data-assist-${kind}`)))];
+    return { routes: all("route"), views: all("view"), panels: all("panel"),
+      modals: all("modal"), fields: all("field") };
+  }
+
+  // The visible element of field `name`, in the active modal when one is open: its id and doc.
+  function field(name) {
+    const state = assist();
+    const modal = state && state.modal ? deepAll(`[data-assist-modal="${CSS.escape(state.modal)}"]`)
+      .find(visible) : null;
+    const found = deepAll(`[data-assist-field="${CSS.escape(name)}"]`).filter(visible)
+      .filter((el) => !modal || modal.contains(el) || modal === el.getRootNode().host);
+    return found.length ? { id: idOf(found[0]), doc } : null;
+  }
+
+  function modalShown(name) {
+    return deepAll(`[data-assist-modal="${CSS.escape(name)}"]`).some(visible);
+  }
+
   globalThis.__aotuiGeneric = { doc, render, element, point, settle, choose, clear, checked,
-    role, nameOf };
+    role, nameOf, assist, capabilities, field, modalShown };
 })();
