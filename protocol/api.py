@@ -120,6 +120,9 @@ class SnapshotFormat(enum.StrEnum):
     MARKDOWN = "markdown"
     #: The structure: apps, views, operations with their args, refs.
     JSON = "json"
+    #: AWI-TTY (seed 002): the Browser's active tab as a terminal shows it, ``{width, height,
+    #: lines, meta?}`` (``docs/web-apps.md``, *AWI-TTY*).
+    TEXT = "text"
 
 
 class ParamError(AotuiError):
@@ -861,7 +864,8 @@ class SnapshotParams(
         faces=_CLIENTS,
     )
     format: SnapshotFormat | None = param(
-        "markdown, or json: the structure (apps, views, operations, refs)",
+        "markdown, or json: the structure (apps, views, operations, refs), or text: the "
+        "Browser's active tab as a terminal grid (AWI-TTY)",
         default=SnapshotFormat.MARKDOWN,
         faces=Face.CONTROL | Face.JSONRPC,
     )
@@ -921,6 +925,84 @@ class ExecuteParams(_Reader, _Peer, method="execute", result=ExecResult, mcp_too
         names = ("action", "app", "view", "operation", "args", "fresh", "snapshot_id")
         found = {name: getattr(self, name) for name in names}
         return {name: value for name, value in found.items() if value is not None}
+
+
+# --- AWI-TTY (seed 002): the Browser's active tab ----------------------------------------------
+
+_AWI = Face.CONTROL | Face.JSONRPC
+
+
+class _Tab(_Reader, _Peer):
+    """An AWI-TTY call: on the active tab of a Browser app (opened when it is not running)."""
+
+    browser: str | None = param(
+        "the Browser app (app id or manifest id)", default="com.aotui.browser", faces=_AWI
+    )
+
+
+class NavigateParams(_Tab, method="navigate", faces=_AWI):
+    """Load a URL in the Browser's active tab (AWI-TTY)."""
+
+    url: str = param("an http:// or https:// URL the Browser's grants allow", required=True)
+
+
+class SendKeyParams(_Tab, method="send_key", faces=_AWI):
+    """Press a key in the Browser's active tab (AWI-TTY)."""
+
+    key: str = param(
+        "Tab, Enter, Up, Down, Left, Right, Space, Escape, Backspace or Char", required=True
+    )
+    char: str | None = param("with key Char: the one character", max_length=4)
+    alt: bool | None = param("hold Alt")
+    ctrl: bool | None = param("hold Control")
+    shift: bool | None = param("hold Shift")
+    meta: bool | None = param("hold Meta")
+
+
+class ScrollParams(_Tab, method="scroll", faces=_AWI):
+    """Scroll the Browser's active tab by lines (AWI-TTY)."""
+
+    delta: int = param(
+        "lines to scroll; negative is up", required=True, minimum=-10000, maximum=10000
+    )
+
+
+class GetTitleParams(_Tab, method="get_title", faces=_AWI):
+    """The title of the Browser's active tab (AWI-TTY)."""
+
+
+class GetUrlParams(_Tab, method="get_url", faces=_AWI):
+    """The URL of the Browser's active tab (AWI-TTY)."""
+
+
+class GetNavStateParams(_Tab, method="get_nav_state", faces=_AWI):
+    """Whether the Browser's active tab can go back and forward (AWI-TTY)."""
+
+
+class SetViewportParams(_Tab, method="set_viewport", faces=_AWI):
+    """Size the text snapshot (and the page) in terminal cells (AWI-TTY)."""
+
+    cols: int = param("columns, 20 to 500 (default 140)", required=True, minimum=20, maximum=500)
+    rows: int = param("rows, 5 to 200 (default 45)", required=True, minimum=5, maximum=200)
+
+
+class TypeTextParams(_Tab, method="type_text", faces=_AWI):
+    """Type text into what has the focus in the Browser's active tab (AWI-TTY)."""
+
+    text: str = param("the text", required=True, max_length=10000)
+
+
+class WaitForFrameQuiescenceParams(_Tab, method="wait_for_frame_quiescence", faces=_AWI):
+    """Wait until the Browser's active tab has not changed for idle_ms (AWI-TTY)."""
+
+    idle_ms: int | None = param("quiet milliseconds", default=100, minimum=0, maximum=3500)
+
+
+class WaitForTitleContainsParams(_Tab, method="wait_for_title_contains", faces=_AWI):
+    """Wait until the active tab's title contains a text (AWI-TTY)."""
+
+    substring: str = param("the text", required=True)
+    timeout_ms: int | None = param("the longest wait", default=3500, minimum=0, maximum=3500)
 
 
 class AcquireParams(

@@ -76,6 +76,11 @@ _FLAGS = (
     "--password-store=basic",
     "--use-mock-keychain",
     "--mute-audio",
+    # window.open and target=_blank fail (return null), as under a popup blocker: a popup is a
+    # target the runtime never attaches to, so the agent never reads it and its requests skip
+    # the broker (they die in the empty network namespace, unlogged), and 400 of them took the
+    # browser to its memory limit while the neighbours' p99 rose 3-5x (tests/test_web_hostile.py).
+    "--block-new-web-contents",
     # document.modelContext and the CDP WebMCP domain (sandbox/webmcp.py); the only
     # --enable-features: Chromium keeps the last of several, so add features here.
     WEBMCP_FLAG,

@@ -28,13 +28,14 @@ from markupsafe import Markup
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import sanitize
+from aotui.sandbox.cdp import CDPError
 from aotui.sandbox.render import render_view
-from aotui.sandbox.sdk import App, OperationCall, View
+from aotui.sandbox.sdk import App, OperationCall, View, operation
 from aotui.sandbox.web_generic import OPERATIONS, QUIET_MS, GenericOperation, GenericPage
 from aotui.sandbox.web_page import LOAD_TIMEOUT_S, OPERATION_TIMEOUT_S, Page, PageHost
 from aotui.sandbox.webapp import EveryOperation
 
-__all__ = ["MAX_TABS", "TAB_OPERATIONS", "BrowserApp", "TabView", "TabsView"]
+__all__ = ["AWI_METHODS", "MAX_TABS", "TAB_OPERATIONS", "BrowserApp", "TabView", "TabsView"]
 
 #: Tabs open at once; a ``new_tab`` past it is refused.
 MAX_TABS = 8
@@ -72,6 +73,20 @@ TAB_OPERATIONS: dict[str, tuple[dict[str, str], str]] = {
     "close_tab": ({}, "Close this tab"),
 }
 _REF = re.compile(r"\(control:(page\[[0-9]+\])\)")
+#: AWI-TTY's methods (seed 002), on the active tab; the desktop sends them as the app's event.
+AWI_METHODS = (
+    "navigate", "send_key", "scroll", "snapshot", "get_title", "get_url", "get_nav_state",
+    "set_viewport", "get_capabilities", "type_text", "wait_for_frame_quiescence",
+    "wait_for_title_contains",
+)  # fmt: skip
+#: AWI-TTY's version, as get_capabilities says it.
+AWI_VERSION = "0.0.3"
+#: A terminal cell of the text snapshot, in CSS px: 140 × 45 cells are a 1120 × 720 viewport.
+CELL_PX = (8, 16)
+#: seed 002's key names → ours (``Char`` is the ``char`` given).
+_AWI_KEYS = {"Tab": "Tab", "Enter": "Enter", "Up": "ArrowUp", "Down": "ArrowDown",
+             "Left": "ArrowLeft", "Right": "ArrowRight", "Space": " ", "Escape": "Escape",
+             "Backspace": "Backspace"}  # fmt: skip
 #: The generic operations, as a tab declares them: click and type also take a field of an
 #: agent-aware page (seed 004) instead of a ref.
 TAB_GENERIC = {
@@ -201,6 +216,10 @@ class BrowserApp(App):
         super().__init__()
         self.host = PageHost(self)
         self.tabs: dict[str, Tab] = {}
+        #: The tab an AWI-TTY call acts on: the one opened or acted on last.
+        self.active = ""
+        #: The text snapshot's size, in cells (set_viewport).
+        self.cells = (140, 45)
 
     @property
     def chromium_sandbox(self) -> bool:
@@ -249,6 +268,7 @@ class BrowserApp(App):
 
     def _open(self, key: str, url: str, *, restoring: bool) -> Tab:
         tab = self.tabs[key] = Tab(self.host.open_page())
+        self.active = key
         if url != "about:blank":
             try:
                 self._go(tab, url)
@@ -262,6 +282,8 @@ class BrowserApp(App):
         tab = self.tabs.pop(key)
         self.host.close_page(tab.page)
         del self.stored[key]
+        if self.active == key:
+            self.active = next(iter(self.tabs), "")
         return {"closed": key}
 
     # --- operations ---------------------------------------------------------------------------
@@ -271,6 +293,7 @@ class BrowserApp(App):
         tab = self.tabs.get(key)
         if tab is None:
             raise AotuiError(ErrorCode.E_STALE_STATE, f"{key} is closed; pull again")
+        self.active = key
         op, args = call.operation, call.args
         if op in ("new_tab", "close_tab"):
             return self.new_tab(args.get("url")) if op == "new_tab" else self.close_tab(key)
@@ -325,7 +348,10 @@ class BrowserApp(App):
                     f"--url must be an http:// or https:// URL, got {sanitize(url, limit=200)!r}",
                     {"arg": "url"},
                 )
+            was = page.cdp("Page.getNavigationHistory", {})
             error = page.navigate(url, LOAD_TIMEOUT_S)
+            if error:
+                self._leave_error_page(page, was)
         else:
             error = self._history(page, how)
         if error:
@@ -341,6 +367,24 @@ class BrowserApp(App):
             )
         page.settle(how, QUIET_MS)
         self._note_location(None, tab)
+
+    def _leave_error_page(self, page: Page, was: dict[str, Any]) -> None:
+        """A failed navigation leaves Chromium's error page in the tab: back to where it was,
+        so that a refused navigation changes nothing."""
+        for _ in range(40):  # the error page may still be being committed: ~2 s at most
+            try:
+                now = page.cdp("Page.getNavigationHistory", {})
+                break
+            except CDPError:
+                page.host.pump(0.05)
+        else:
+            return
+        if int(now["currentIndex"]) <= int(was["currentIndex"]):
+            return
+        entry = was["entries"][int(was["currentIndex"])]
+        page.forget_navigations()
+        page.cdp("Page.navigateToHistoryEntry", {"entryId": entry["id"]})
+        page.wait_navigation(LOAD_TIMEOUT_S, "going back from the error page")
 
     def _history(self, page: Page, how: str) -> str:
         if how == "reload":
@@ -508,3 +552,147 @@ class BrowserApp(App):
                 ErrorCode.E_TIMEOUT, f"waited {until} ms for {modal} to be {state}; it was not"
             )
         return {"met": True}
+
+    # --- seed 002: AWI-TTY ------------------------------------------------------------------------
+
+    @operation
+    def awi(self, method: str, params: str = "{}") -> Any:
+        """An AWI-TTY call on the active tab (the desktop sends it for rpc.sock, never an agent)."""
+        if method not in AWI_METHODS:
+            raise AotuiError(ErrorCode.E_NOT_FOUND, f"AWI-TTY has no method {method!r}")
+        given = json.loads(params)
+        if not isinstance(given, dict):
+            raise AotuiError(ErrorCode.E_INVALID_CMD, "AWI-TTY params must be an object")
+        if method == "get_capabilities":
+            return {
+                "version": AWI_VERSION,
+                "features": [*AWI_METHODS[:3], "snapshot:text", "snapshot:markdown",
+                             *AWI_METHODS[4:]],
+                "snapshot_formats": ["text", "markdown"],
+                "platform": "unix",
+                "viewport": {"cols": self.cells[0], "rows": self.cells[1]},
+            }  # fmt: skip
+        if not self.tabs:
+            self.new_tab(None)
+        key = self.active if self.active in self.tabs else next(iter(self.tabs))
+        tab = self.tabs[key]
+        result = getattr(self, f"_awi_{method}")(key, tab, given)
+        self._note_location(key, tab)
+        return result
+
+    def _awi_navigate(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        self._go(tab, str(params.get("url", "")))
+        return {"ok": True}
+
+    def _awi_send_key(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        name = str(params.get("key", ""))
+        if name == "Char":
+            char = str(params.get("char", ""))
+            if len(char) != 1:
+                raise AotuiError(ErrorCode.E_INVALID_CMD, 'key "Char" needs one character in char')
+            spec = char
+        elif name in _AWI_KEYS:
+            spec = _AWI_KEYS[name]
+        else:
+            known = ", ".join([*_AWI_KEYS, "Char"])
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"unknown key {name!r}; keys: {known}")
+        held = [m for m in ("ctrl", "alt", "shift", "meta") if params.get(m)]
+        names = {"ctrl": "Control", "alt": "Alt", "shift": "Shift", "meta": "Meta"}
+        spec = "+".join([*(names[m] for m in held), spec]) if held else spec
+        tab.generic.handle(OperationCall("press", {"key": spec}, {}))
+        return {"ok": True}
+
+    def _awi_scroll(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        delta = int(params.get("delta", 1))
+        tab.page.world(f"void window.scrollBy(0, {delta * CELL_PX[1]})")
+        tab.page.settle("scroll", 0)
+        return {"ok": True}
+
+    def _awi_snapshot(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        fmt = str(params.get("format", "text"))
+        if fmt == "markdown":
+            view = self.view(key)
+            assert view is not None
+            answer: dict[str, Any] = {"markdown": render_view(view.render()).markdown}
+        elif fmt == "text":
+            cols, rows = self.cells
+            grid = tab.generic.evaluate(f"__aotuiGeneric.textGrid({cols}, {rows})")
+            lines = [sanitize(line, limit=None) for line in grid["lines"]]
+            answer = {"width": cols, "height": rows, "lines": lines}
+            if params.get("include_meta"):
+                answer["meta"] = {
+                    "cursor": grid.get("cursor"),
+                    "url": tab.url,
+                    "title": tab.title,
+                    "scale": {"width": CELL_PX[0], "height": CELL_PX[1]},
+                    "nav": self._nav(tab),
+                }
+        else:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD, f"format {fmt!r}: AWI-TTY snapshots are text or markdown"
+            )
+        return answer
+
+    def _awi_get_title(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        self._note_location(key, tab)
+        return {"title": tab.title}
+
+    def _awi_get_url(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        self._note_location(key, tab)
+        return {"url": tab.url}
+
+    def _awi_get_nav_state(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        return self._nav(tab)
+
+    def _nav(self, tab: Tab) -> dict[str, bool]:
+        history = tab.page.cdp("Page.getNavigationHistory", {})
+        at, count = int(history["currentIndex"]), len(history["entries"])
+        # The first entry of every tab is its about:blank start.
+        return {"can_go_back": at > 1, "can_go_forward": at < count - 1}
+
+    def _awi_set_viewport(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        cols, rows = int(params.get("cols", 0)), int(params.get("rows", 0))
+        if not (20 <= cols <= 500 and 5 <= rows <= 200):
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"invalid viewport {cols}x{rows}: cols from 20 to 500, rows from 5 to 200",
+                {"reason": "invalid-viewport"},
+            )
+        self.cells = (cols, rows)
+        self._set_viewport(tab, {"width": cols * CELL_PX[0], "height": rows * CELL_PX[1]})
+        return {"ok": True}
+
+    def _awi_type_text(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:
+        tab.page.cdp("Input.insertText", {"text": str(params.get("text", ""))})
+        tab.page.settle("type_text", QUIET_MS)
+        return {"ok": True}
+
+    def _awi_wait_for_frame_quiescence(
+        self, key: str, tab: Tab, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        idle = min(max(int(params.get("idle_ms", 100)), 0), MAX_WAIT_MS)
+        tab.page.settle("wait_for_frame_quiescence", idle)
+        return {"ok": True}
+
+    def _awi_wait_for_title_contains(
+        self, key: str, tab: Tab, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        text = str(params.get("substring", ""))
+        until = min(int(params.get("timeout_ms", MAX_WAIT_MS)), MAX_WAIT_MS)
+        wanted = json.dumps([text, until])
+        met = tab.page.world(
+            f"""new Promise((resolve) => {{
+              const [text, until] = {wanted};
+              const end = performance.now() + until;
+              const tick = () => document.title.includes(text) ? resolve(true)
+                : performance.now() >= end ? resolve(false) : setTimeout(tick, 25);
+              tick();
+            }})""",
+            await_promise=True,
+            timeout_s=until / 1000 + 2,
+        )
+        if met is not True:
+            raise AotuiError(
+                ErrorCode.E_TIMEOUT, f"the title did not contain {text!r} within {until} ms"
+            )
+        return {"ok": True, "title": tab.page.world("document.title")}

@@ -14,6 +14,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.sandbox import browser
 from aotui.supervisor.manifest import BUNDLED_APPS_DIR
 from tests.conftest import RunningDesktop, wait_for
+from tests.rpc_peer import RpcPeer
 
 pytestmark = [
     pytest.mark.skipif(
@@ -271,3 +274,94 @@ def test_an_agent_aware_page_shows_its_context_and_takes_seed_004_commands(
     with pytest.raises(AotuiError) as nowhere:
         run(desktop, view, "navigate --route route:nowhere")
     assert "its routes: route:product, route:cart" in nowhere.value.message
+
+
+# --- seed 002: AWI-TTY on rpc.sock ----------------------------------------------------------------
+
+WIDE = """<!doctype html><html><head><meta charset="utf-8"><title>Grid</title>
+<style>body { margin: 0; font: 16px monospace; } p { margin: 0; height: 16px; }</style></head>
+<body><p>Hello grid</p><p>日本 wide</p><p><input value="typed"></p>
+<p style="margin-top: 64px">Below</p><a href="/two.html">Next</a>
+<div style="height: 400px"></div></body></html>"""
+
+
+def test_awi_tty_drives_the_active_tab_over_json_rpc(
+    desktop: RunningDesktop, site: str, tmp_path: Path
+) -> None:
+    (tmp_path / "site" / "grid.html").write_text(WIDE)
+    with RpcPeer(desktop.runtime / desktop.name / "rpc.sock") as peer:
+        assert peer.call("navigate", url=f"{site}/grid.html") == {"ok": True}
+        assert peer.call("get_title") == {"title": "Grid"}
+        assert peer.call("get_url") == {"url": f"{site}/grid.html"}
+        assert peer.call("set_viewport", cols=40, rows=10) == {"ok": True}
+        text = peer.call("snapshot", format="text", include_meta=True)
+        assert (text["width"], text["height"]) == (40, 10)
+        lines = text["lines"]
+        assert lines[0] == "Hello grid"
+        assert lines[1] == "日本 wide"  # two cells each: "wide" starts at column 5
+        assert lines[2].startswith("[typed]")
+        assert lines[7].startswith("Below")
+        assert text["meta"]["url"] == f"{site}/grid.html"
+        # The tab's first entry, its empty start, is not a page to go back to.
+        assert text["meta"]["nav"] == {"can_go_back": False, "can_go_forward": False}
+        # Tab to the input (the first focusable: its text selected, as a browser does), type
+        # over it, read it back in the grid.
+        assert peer.call("send_key", key="Tab") == {"ok": True}
+        assert peer.call("send_key", key="Char", char="!") == {"ok": True}
+        assert peer.call("type_text", text="?") == {"ok": True}
+        assert peer.call("snapshot", format="text")["lines"][2].startswith("[!?]")
+        assert peer.call("wait_for_frame_quiescence", idle_ms=20) == {"ok": True}
+        assert peer.call("scroll", delta=2) == {"ok": True}
+        assert peer.call("snapshot", format="text")["lines"][5].startswith("Below")
+        bad = peer.request("send_key", key="F13")
+        assert bad["error"]["code"] == ErrorCode.E_INVALID_CMD.jsonrpc_code
+        assert "unknown key 'F13'" in bad["error"]["message"]
+        bad = peer.request("set_viewport", cols=2, rows=10)
+        assert bad["error"]["code"] == -32602  # the declared minimum: a standard error
+        peer.call("navigate", url=f"{site}/two.html")
+        assert peer.call("wait_for_title_contains", substring="Tw") == {"ok": True, "title": "Two"}
+        assert peer.call("get_nav_state") == {"can_go_back": True, "can_go_forward": False}
+        refused = peer.request("navigate", url=f"{site.replace('localhost', '127.0.0.1')}/")
+        assert refused["error"]["code"] == ErrorCode.E_PERMISSION.jsonrpc_code
+    # The agent's snapshot shows the same tab, moved on.
+    assert "# Second page" in tab(desktop, "Two")[1]
+
+
+def test_the_awi_tty_cli_and_aotui_browser_speak_the_same_methods(
+    desktop: RunningDesktop, site: str
+) -> None:
+    """seed 002's CLI façade: ``awi-tty`` (AWI_SOCK) and ``aotui browser``, JSON or --plain,
+    reference §7's exit codes."""
+    sock = str(desktop.runtime / desktop.name / "rpc.sock")
+    awi = [str(Path(sys.executable).parent / "awi-tty")]
+    env = {**os.environ, "AWI_SOCK": sock}
+
+    def tty(*words: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*awi, *words], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+
+    assert json.loads(tty("navigate", f"{site}/index.html").stdout) == {"ok": True}
+    assert tty("--plain", "get-title").stdout == "Home\n"
+    shown = [line for line in tty("--plain", "snapshot").stdout.splitlines() if line]
+    assert shown[0].startswith("Welcome")
+    assert json.loads(tty("get-nav-state").stdout) == {
+        "can_go_back": False,
+        "can_go_forward": False,
+    }
+    refused = tty("navigate", site.replace("localhost", "127.0.0.1"))
+    assert refused.returncode == ErrorCode.E_PERMISSION.exit_code, refused.stderr
+    assert refused.stderr.startswith("E_PERMISSION: ")
+    usage = tty("send-key")
+    assert usage.returncode == ErrorCode.E_INVALID_CMD.exit_code
+    gone = subprocess.run(
+        [*awi, "--socket", str(desktop.runtime / "nowhere.sock"), "get-url"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert gone.returncode == ErrorCode.E_UNAVAILABLE.exit_code
+    aotui = [sys.executable, "-m", "aotui.supervisor", "browser", "--desktop", desktop.name]
+    aotui += ["--socket", str(desktop.runtime)]
+    url = subprocess.run(
+        [*aotui, "--plain", "get-url"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert url.stdout == f"{site}/index.html\n", url.stderr

@@ -105,7 +105,7 @@ def test_methods(desktop: RunningDesktop, peer: RpcPeer) -> None:
         "snapshot", "exec", "execute", "acquire", "release", "heartbeat", "status",
         "get_capabilities", "ping", "wait_for", "subscribe_events",
     }  # fmt: skip
-    assert capabilities["formats"] == ["markdown", "json"]
+    assert capabilities["formats"] == ["markdown", "json", "text"]
     assert capabilities["limits"]["in_flight"] > 0
 
     pulled = peer.call("snapshot", include_meta=True)

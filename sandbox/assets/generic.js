@@ -422,6 +422,79 @@
     return deepAll(`[data-assist-modal="${CSS.escape(name)}"]`).some(visible);
   }
 
+  // --- seed 002: the viewport as a terminal browser shows it ----------------------------------
+
+  const WIDE = /[\u1100-\u115F\u2E80-\u303E\u3041-\u33FF\u3400-\u4DBF\u4E00-\u9FFF\uA000-\uA4CF\uAC00-\uD7A3\uF900-\uFAFF\uFE30-\uFE4F\uFF00-\uFF60\uFFE0-\uFFE6\u{1F300}-\u{1F64F}\u{1F900}-\u{1F9FF}\u{20000}-\u{3FFFD}]/u;
+  const segmenter = new Intl.Segmenter(undefined, { granularity: "grapheme" });
+
+  // The laid-out viewport as `rows` lines of `cols` cells: each visible word written at the
+  // cell its box starts in (a wide character takes two cells, a combining one none), a form
+  // control as [its value or placeholder]. The cursor is the focused element's cell.
+  function textGrid(cols, rows) {
+    const cellW = innerWidth / cols, cellH = innerHeight / rows;
+    const grid = Array.from({ length: rows }, () => Array(cols).fill(" "));
+    // Where each row's text ends so far: a word laid out over it (a font narrower than the
+    // cells, wide characters drawn narrow) moves right, after a space, instead of hiding it.
+    const ends = Array(rows).fill(0);
+    const put = (x, y, text) => {
+      let col = Math.floor(x / cellW);
+      const row = Math.floor(y / cellH);
+      if (row < 0 || row >= rows) return;
+      if (col < ends[row]) col = ends[row] + 1;
+      for (const { segment } of segmenter.segment(text)) {
+        const wide = WIDE.test(segment) ? 2 : 1;
+        if (col >= 0 && col + wide <= cols) {
+          grid[row][col] = segment;
+          if (wide === 2) grid[row][col + 1] = "";
+        }
+        col += wide;
+      }
+      ends[row] = Math.max(ends[row], col);
+    };
+    const range = document.createRange();
+    const words = (node) => {
+      for (const match of node.data.matchAll(/\S+/g)) {
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        const rect = range.getClientRects()[0];
+        if (rect && rect.bottom > 0 && rect.top < innerHeight) put(rect.left, rect.top, match[0]);
+      }
+    };
+    const control = (el) => {
+      const r = el.getBoundingClientRect();
+      const shown = el.tagName === "SELECT"
+        ? (el.selectedOptions[0] || {}).textContent || ""
+        : el.type === "checkbox" || el.type === "radio"
+          ? (el.checked ? "x" : " ")
+          : el.value || el.placeholder || "";
+      if (r.width * r.height > 0 && el.type !== "hidden") put(r.left, r.top, `[${shown}]`);
+    };
+    const visit = (parent, depth) => {
+      if (depth > MAX_DEPTH) return;
+      for (const child of parent.childNodes) {
+        if (child.nodeType === 3) {
+          if (child.data.trim()) words(child);
+        } else if (child.nodeType === 1 && !SKIP.has(child.tagName) &&
+                   !hidden(child, getComputedStyle(child))) {
+          if (["INPUT", "TEXTAREA", "SELECT"].includes(child.tagName)) control(child);
+          else {
+            visit(child, depth + 1);
+            if (child.shadowRoot) visit(child.shadowRoot, depth + 1);
+          }
+        }
+      }
+    };
+    visit(document.body || document.documentElement, 0);
+    const lines = grid.map((cells) => cells.join("").replace(/\s+$/, ""));
+    const active = deepActive();
+    let cursor = null;
+    if (active) {
+      const r = active.getBoundingClientRect();
+      cursor = { x: Math.max(0, Math.floor(r.left / cellW)), y: Math.max(0, Math.floor(r.top / cellH)) };
+    }
+    return { lines, cursor };
+  }
+
   globalThis.__aotuiGeneric = { doc, render, element, point, settle, choose, clear, checked,
-    role, nameOf, assist, capabilities, field, modalShown };
+    role, nameOf, assist, capabilities, field, modalShown, textGrid };
 })();

@@ -739,6 +739,24 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 COMMANDS["chaos"] = (cmd_chaos, "resilience testing: chaos run|app|check|report")
 
 
+def cmd_browser(args: argparse.Namespace) -> int:
+    """AWI-TTY: ``aotui browser navigate|send-key|snapshot|…`` (supervisor/interface/awi_cli.py)."""
+    from aotui.supervisor.interface import awi_cli
+
+    parser = _Parser(prog="aotui browser", formatter_class=_Formatter)
+    awi_cli.add_arguments(parser)
+    inner = parser.parse_args(list(args.browser_args))
+    inner.plain = (inner.plain or args.plain) and not args.json
+    paths = DesktopPaths.for_desktop(args.desktop, args.socket)
+    return awi_cli.run(inner, str(paths.rpc_file))
+
+
+COMMANDS["browser"] = (
+    cmd_browser,
+    "drive the Browser's active tab (AWI-TTY): navigate, send-key, snapshot, get-title, …",
+)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with CONTRACT §7's exit code for usage errors (64, not argparse's 2)."""
 
@@ -940,6 +958,12 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
     )
     # The group's own parser is built when it runs (supervisor/chaos/cli.py), not for every command.
     parsers["chaos"].add_argument("chaos_args", nargs=argparse.REMAINDER, metavar="run|app|...")
+    parsers["browser"].add_argument(
+        "--plain", action="store_true", help="text only (a snapshot's lines, a title, a URL)"
+    )
+    parsers["browser"].add_argument(
+        "browser_args", nargs=argparse.REMAINDER, metavar="navigate|send-key|snapshot|..."
+    )
     return parser
 
 

@@ -46,6 +46,7 @@ from aotui.protocol.api import (
 )
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Signal, SignalReason
+from aotui.supervisor.interface.awi import AWI_METHODS, AWI_VERSION
 from aotui.supervisor.interface.jsonrpc import (
     INVALID_PARAMS,
     MAX_BATCH,
@@ -397,6 +398,13 @@ class RpcServer:
                 for name, method in METHODS.items()
             },
             "formats": list(FORMATS),
+            # seed 002's get_capabilities, for AWI-TTY clients (supervisor/interface/awi.py).
+            "awi": {
+                "version": AWI_VERSION,
+                "features": [*AWI_METHODS, "snapshot:text", "snapshot:markdown"],
+                "snapshot_formats": ["text", "markdown"],
+                "platform": "unix",
+            },
             "signal_reasons": list(SIGNAL_REASONS),
             "limits": {
                 **dataclasses.asdict(self.limits),

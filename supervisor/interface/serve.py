@@ -7,6 +7,7 @@ from typing import Any
 
 from aotui.protocol.api import SnapshotFormat, SnapshotParams
 from aotui.supervisor.config import DesktopConfig
+from aotui.supervisor.interface.awi import AwiTty
 from aotui.supervisor.interface.rpc_server import RpcLimits, RpcServer
 from aotui.supervisor.interface.snapshot_json import policy_confirms, snapshot_json
 from aotui.supervisor.interface.state_transfer import StateTransfer
@@ -30,6 +31,7 @@ async def serve_desktop(config: DesktopConfig, paths: DesktopPaths) -> None:
     supervisor.methods["snapshot"] = structured_snapshots(
         supervisor, supervisor.methods["snapshot"]
     )
+    AwiTty(supervisor).install()  # the Browser's tab as a terminal browser (seed 002)
     if os.environ.get("AOTUI_CHAOS"):  # started by `aotui chaos run`: record and inject
         from aotui.supervisor.chaos.nemesis import attach
 
