@@ -1,13 +1,14 @@
 """Hostile apps beside a victim (issue 9): is the victim undisturbed, is the attack contained?
 
-For each attack a fresh desktop runs the ``echo`` app (the victim, ``app_0``) and one hostile
-test app (``app_1``: ``blinder``, ``forger`` or ``flooder``). The victim's execute (``bump``, a
-durable commit) and snapshot latencies are measured quiet, then while the attack runs; a sampler
-thread records the supervisor's peak RSS and its CPU share (quiet and under attack: both include
-the load of the measurement itself, a bump and a snapshot every 20 ms). The quiet window is as long
-as the attack's; the notes give the machine's load average before and after (other work on the
-machine moves a p99 of ~200 samples more than most attacks do). An attack is contained when every
-snapshot answered, the attacker is named in System Logs, the victim's p99 stays within 3× its
+For each attack a fresh desktop runs the ``echo`` app (the victim, ``app_0``) and one hostile test
+app (``app_1``: ``blinder``, ``forger`` or ``flooder``; for the ``W`` rows the hostile web page
+``webhostile``, in a headless browser inside its worker's confinement). The victim's execute
+(``bump``, a durable commit) and snapshot latencies are measured quiet, then while the attack runs;
+a sampler thread records the supervisor's peak RSS and its CPU share (quiet and under attack: both
+include the load of the measurement itself, a bump and a snapshot every 20 ms). The quiet window is
+as long as the attack's; the notes give the machine's load average before and after (other work on
+the machine moves a p99 of ~200 samples more than most attacks do). An attack is contained when
+every snapshot answered, the attacker is named in System Logs, the victim's p99 stays within 3× its
 quiet p99 (or under 20 ms: a 2 ms p99 tripled is below scheduler noise; the table shows the strict
 ratio too) and the supervisor's RSS within its quiet RSS + 64 MB.
 
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aotui.protocol.errors import AotuiError  # noqa: E402
+from aotui.sandbox import browser  # noqa: E402
 from aotui.supervisor.interface.client import Client  # noqa: E402
 from bench.bench_desktop import TEST_APPS, Desktop, _pct  # noqa: E402
 
@@ -59,6 +61,8 @@ class Attack:
     seconds: float = 5.0
     #: What else the final snapshot must show (a forgery attack: the structure is intact).
     check: Callable[[str], bool] | None = None
+    #: What the notes say when ``check`` holds, and when it does not.
+    check_says: tuple[str, str] = ("structure intact", "FORGED")
 
 
 @dataclass
@@ -173,6 +177,22 @@ def _slow_http(client: Client, context: dict[str, Any]) -> None:
     _run(client, "app_1", "attack", what="http", arg=url)
 
 
+def _page(operation: str, **args: Any) -> Callable[..., None]:
+    """One attack of the hostile page ``webhostile``: its operation, in a thread (it may end
+    with the page's worker)."""
+
+    def start(client: Client, context: dict[str, Any]) -> None:
+        def go() -> None:
+            with Client("bench", context["runtime"], timeout_s=60) as own:
+                context["outcome"] = _run(own, "app_1", operation, **args)
+
+        thread = threading.Thread(target=go, daemon=True)
+        thread.start()
+        context["threads"].append(thread)
+
+    return start
+
+
 ATTACKS = [
     Attack("A1 five 0.9 MB views", "blinder", _grow_and_mount, "Blinder (app_1) is over its"),
     Attack(
@@ -225,6 +245,29 @@ ATTACKS = [
         {"allow_private_http": True},
     ),
     Attack("D4 restart storm", "flooder", _attack("storm"), "Flooder crashed (exit 3)"),
+    # A hostile web page (issue 22): the page's browser runs in its worker's confinement.
+    Attack(
+        "W1 page mutation flood",
+        "webhostile",
+        _page("flood"),
+        ("Web Hostile crashed", "Web Hostile is busy serving", "Web Hostile over its memory"),
+    ),
+    Attack("W2 page memory balloon", "webhostile", _page("balloon"), "Web Hostile over its memory"),
+    Attack(
+        "W3 page window bomb (400)",
+        "webhostile",
+        _page("tab_bomb", count=400),
+        "Installed Web Hostile",  # refused in the page: nothing to log
+        check=lambda text: "tab bomb: 0 of 400 windows opened" in text,
+        check_says=("no window opened", "WINDOWS OPENED"),
+    ),
+    Attack("W4 page spinning loop", "webhostile", _page("spin"), "Web Hostile crashed"),
+    Attack(
+        "W5 page frame bomb (400)",
+        "webhostile",
+        _page("frame_bomb", count=400),
+        ("Web Hostile crashed", "Web Hostile did not finish"),
+    ),
 ]
 
 
@@ -317,7 +360,7 @@ def run_attack(attack: Attack) -> Row:
         notes = [f"load {load:.1f}→{os.getloadavg()[0]:.1f}"]
         checked = attack.check is None or attack.check(text)
         if attack.check is not None:
-            notes.append("structure intact" if checked else "FORGED")
+            notes.append(attack.check_says[0] if checked else attack.check_says[1])
         outcome = context.get("outcome")
         if isinstance(outcome, AotuiError):
             notes.append(f"attacker got {outcome.code.value}")
@@ -371,7 +414,11 @@ def table(rows: list[Row]) -> str:
 
 def run(only: str = "") -> dict[str, float]:
     """Run every attack (or those whose name contains ``only``); print the table."""
-    rows = [run_attack(attack) for attack in ATTACKS if only in attack.name]
+    web = browser.find_browser() is not None
+    chosen = [a for a in ATTACKS if only in a.name and (web or a.app != "webhostile")]
+    if not web:
+        print(f"no headless browser: the W rows are left out ({browser.INSTALL_HINT})")
+    rows = [run_attack(attack) for attack in chosen]
     print(table(rows))
     figures: dict[str, float] = {}
     for row in rows:
