@@ -109,7 +109,7 @@ def test_cli_parity(desktop: RunningDesktop) -> None:
     assert str(desktop.process.pid) in pinged.stdout
     capabilities = json.loads(aotui(desktop, "capabilities", "--json").stdout)
     assert "wait_for" in capabilities["methods"]
-    assert capabilities["formats"] == ["markdown", "json"]
+    assert capabilities["formats"] == ["markdown", "json", "text"]
 
     later(desktop, BUMP)
     waited = aotui(desktop, "wait", "--text", "Calls: 1", "--app", "app_0", "--timeout-ms", "5000")
