@@ -41,6 +41,9 @@ __all__ = ["AWI_METHODS", "MAX_TABS", "TAB_OPERATIONS", "BrowserApp", "TabView",
 MAX_TABS = 8
 #: The longest wait ``wait_for`` takes (under the desktop's operation timeout).
 MAX_WAIT_MS = 3500
+#: The HTML a tab's page is read as before the parts far from its viewport fold to their
+#: headings (about 4,000 tokens of Markdown).
+PAGE_BUDGET = 16_000
 #: Lines ``find`` answers with, at most.
 MAX_FOUND = 20
 #: The operations of a tab besides the generic ones, as (args, description).
@@ -161,6 +164,9 @@ class Tab:
         )
         self.url = "about:blank"
         self.title = ""
+        #: Operations run on this tab: any may have scrolled it, which changes what a long
+        #: page shows unfolded without changing its DOM.
+        self.moves = 0
 
 
 class TabView(View["BrowserApp"]):
@@ -168,7 +174,7 @@ class TabView(View["BrowserApp"]):
 
     def inputs(self) -> Any:
         tab = self.app.tabs.get(self.key)
-        return None if tab is None else (tab.page.state(), tab.url)
+        return None if tab is None else (tab.page.state(), tab.url, tab.moves)
 
     def render(self) -> str:
         tab = self.app.tabs.get(self.key)
@@ -182,7 +188,7 @@ class TabView(View["BrowserApp"]):
         state = tab.generic.evaluate("__aotuiGeneric.assist()")
         if isinstance(state, dict):
             header += _assist_line(state)
-        return tab.generic.render(extra, TAB_GENERIC, str(header))
+        return tab.generic.render(extra, TAB_GENERIC, str(header), PAGE_BUDGET)
 
     def handle(self, call: OperationCall) -> Any:
         return self.app.operate(self.key, call)
@@ -294,6 +300,7 @@ class BrowserApp(App):
         if tab is None:
             raise AotuiError(ErrorCode.E_STALE_STATE, f"{key} is closed; pull again")
         self.active = key
+        tab.moves += 1
         op, args = call.operation, call.args
         if op in ("new_tab", "close_tab"):
             return self.new_tab(args.get("url")) if op == "new_tab" else self.close_tab(key)
@@ -429,19 +436,23 @@ class BrowserApp(App):
         tab.page.settle("wait_for", 0)
         return {"met": True}
 
-    def _find(self, key: str, args: Any) -> list[dict[str, Any]]:
+    def _find(self, key: str, args: Any) -> dict[str, Any]:
+        """The page's lines (read whole, folded parts too) with a text, and their refs; the
+        first is scrolled to the viewport's centre, so the next snapshot shows it unfolded."""
         text = str(args.get("text", ""))
         if not text:
             raise AotuiError(ErrorCode.E_INVALID_CMD, "--text must not be empty", {"arg": "text"})
-        view = self.view(key)
-        assert view is not None
-        lines = render_view(view.render()).markdown.split("#### Operations")[0].splitlines()
+        tab = self.tabs[key]
+        whole = tab.generic.render("", TAB_GENERIC)
+        lines = render_view(whole).markdown.split("#### Operations")[0].splitlines()
         found = [
             {"line": line.strip(), "refs": _REF.findall(line)}
             for line in lines
             if text.lower() in line.lower()
         ]
-        return found[:MAX_FOUND]
+        if found and tab.generic.evaluate(f"__aotuiGeneric.reveal({json.dumps(text)})"):
+            tab.page.settle("find", 0)
+        return {"found": found[:MAX_FOUND], "more": max(0, len(found) - MAX_FOUND)}
 
     def _set_viewport(self, tab: Tab, args: Any) -> None:
         width, height = int(args["width"]), int(args["height"])
@@ -576,6 +587,7 @@ class BrowserApp(App):
             self.new_tab(None)
         key = self.active if self.active in self.tabs else next(iter(self.tabs))
         tab = self.tabs[key]
+        tab.moves += 1
         result = getattr(self, f"_awi_{method}")(key, tab, given)
         self._note_location(key, tab)
         return result

@@ -120,14 +120,17 @@ class GenericPage:
         operations_html: str = "",
         operations: dict[str, GenericOperation] | None = None,
         header: str = "",
+        budget: int = 0,
     ) -> str:
         """The page as one view document (marked HTML) for :func:`sandbox.render.render_view`.
 
         ``operations_html`` adds the page's own operations (its WebMCP tools, ``sandbox.webmcp``)
         after the generic ones; ``operations`` replaces the generic ones' declarations (the
-        Browser's take a field too); ``header`` (marked HTML) goes before the page's content.
+        Browser's take a field too); ``header`` (marked HTML) goes before the page's content;
+        ``budget`` (characters of HTML, 0: none) folds a longer page's blocks far from the
+        viewport to their headings.
         """
-        page = self._call("__aotuiGeneric.render()")
+        page = self._call(f"__aotuiGeneric.render({int(budget)})")
         title = html.escape(str(page.get("title") or "Page"))
         declared = "".join(
             f'<button operation="{op_id}" args="{html.escape(json.dumps(op.args))}" '

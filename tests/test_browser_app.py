@@ -163,7 +163,10 @@ def test_find_and_wait_for(desktop: RunningDesktop, site: str) -> None:
     run(desktop, view, f"navigate --url {site}/index.html")
     view, _ = tab(desktop, "Home")
     found = run(desktop, view, "find --text 'page two'")
-    assert found == [{"line": "Go to [page two](control:page[0]).", "refs": ["page[0]"]}]
+    assert found == {
+        "found": [{"line": "Go to [page two](control:page[0]).", "refs": ["page[0]"]}],
+        "more": 0,
+    }
     assert run(desktop, view, "wait_for --text Welcome") == {"met": True}
     with pytest.raises(AotuiError) as late:
         run(desktop, view, "wait_for --text Never --timeout_ms 200")
@@ -365,3 +368,31 @@ def test_the_awi_tty_cli_and_aotui_browser_speak_the_same_methods(
         [*aotui, "--plain", "get-url"], capture_output=True, text=True, timeout=60, check=False
     )
     assert url.stdout == f"{site}/index.html\n", url.stderr
+
+
+def test_a_long_page_folds_what_is_far_from_the_viewport_and_find_reaches_it(
+    desktop: RunningDesktop, site: str, tmp_path: Path
+) -> None:
+    sections = "".join(
+        f"<section><h2>Part {n}</h2>"
+        + f"<p>Paragraph {n} says something long. " * 20
+        + f'</p><a href="#p{n}">link {n}</a></section>'
+        for n in range(1, 121)
+    )
+    (tmp_path / "site" / "long.html").write_text(
+        f"<!doctype html><html><head><title>Long</title></head><body>{sections}</body></html>"
+    )
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/long.html")
+    view, page = tab(desktop, "Long")
+    assert page.startswith(f"URL: {site}/long.html\n\n(A long page:")
+    for n in range(1, 121):  # every heading reachable
+        assert f"## Part {n}\n" in page
+    assert "Paragraph 1 says" in page  # the viewport, in full
+    assert "Paragraph 100 says" not in page  # far below it, folded
+    assert len(page) < 40_000
+    found = run(desktop, view, "find --text 'link 100'")
+    assert found["found"][0]["line"].startswith("[link 100](control:page[")
+    _, page = tab(desktop, "Long")
+    assert "Paragraph 100 says" in page  # find scrolled it into view
+    assert "Paragraph 1 says" not in page

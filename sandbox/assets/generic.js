@@ -158,9 +158,43 @@
     return escText(nameOf(el) || r);
   }
 
-  function render() {
+  // Block elements a long page may fold away when they are far from the viewport.
+  const FOLDABLE = new Set(["DIV", "SECTION", "ARTICLE", "ASIDE", "NAV", "MAIN", "HEADER",
+    "FOOTER", "P", "UL", "OL", "DL", "TABLE", "PRE", "BLOCKQUOTE", "FIGURE", "DETAILS", "FORM",
+    "FIELDSET"]);
+  const HEADINGS = "h1, h2, h3, h4, h5, h6";
+
+  // A block far from the viewport, folded: only its headings (each still reachable).
+  function folded(el) {
+    let out = "";
+    for (const h of el.querySelectorAll(HEADINGS)) {
+      if (hidden(h, getComputedStyle(h))) continue;
+      const tag = h.tagName.toLowerCase();
+      out += `<${tag}>${escText(clip(h.textContent)).replace(/[\\[\]]/g, "\\$&")}</${tag}>`;
+    }
+    return out;
+  }
+
+  // The page as marked HTML. With `budget` (characters of HTML), a page longer than that is
+  // written again with the blocks far from the viewport (more than a viewport above it or two
+  // below) folded to their headings, and a line saying so.
+  function render(budget) {
+    const first = renderOnce(false);
+    if (!budget || first.body.length <= budget) return first;
+    const again = renderOnce(true);
+    again.body = "<p>(A long page: what is far from the viewport shows only its headings; " +
+      "scroll, or find --text, to read it.)</p>" + again.body;
+    again.folded = true;
+    return again;
+  }
+
+  function renderOnce(fold) {
     const live = new Set();
     let depth = 0;
+    const far = (el) => {
+      const r = el.getBoundingClientRect();
+      return r.bottom < -innerHeight || r.top > 2 * innerHeight;
+    };
 
     function control(el, r, childrenOf) {
       const id = idOf(el);
@@ -194,6 +228,7 @@
       // Measured only where it decides (a box costs a layout query): a control, an image, a
       // box that clips what overflows it. An empty box renders nothing anyway.
       const area = () => !zeroArea(el);
+      if (fold && depth > 0 && FOLDABLE.has(tag) && far(el)) return folded(el);
       if (style.overflow !== "visible" && !area()) return "";
       let r = inControl ? "" : role(el);
       if (tag === "LABEL" && el.control && !inControl) {
@@ -249,6 +284,20 @@
     }
     const title = clip((document.title || "").replace(/["<>]/g, "")) || "Page";
     return { title, body, url: location.href };
+  }
+
+  // Scroll the first shown text containing `text` (any case) to the viewport's centre.
+  function reveal(text) {
+    const wanted = text.toLowerCase();
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const el = n.parentElement;
+      if (el && n.data.toLowerCase().includes(wanted) && !hidden(el, getComputedStyle(el))) {
+        el.scrollIntoView({ block: "center" });
+        return true;
+      }
+    }
+    return false;
   }
 
   // The element behind an id, if it is still in the document and shown; else null.
@@ -496,5 +545,5 @@
   }
 
   globalThis.__aotuiGeneric = { doc, render, element, point, settle, choose, clear, checked,
-    role, nameOf, assist, capabilities, field, modalShown, textGrid };
+    role, nameOf, assist, capabilities, field, modalShown, textGrid, reveal };
 })();
