@@ -343,7 +343,12 @@ def page(desktop: RunningDesktop) -> str:
 FIELD = re.compile(r"\[\[input[^\]]*\]\]\(control:(page\[[0-9]+\])\)")
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize(
+    "framework",
+    # One in the default suite; the other four, each a fresh desktop and browser, in CI's slow
+    # step (tests/test_web_generic.py drives all five in the default suite without a desktop).
+    [f if f == "vanillajs" else pytest.param(f, marks=pytest.mark.slow) for f in FRAMEWORKS],
+)
 def test_todomvc_runs_unchanged_as_a_web_app_driven_by_desktop_commands(
     framework: str,
     todomvc: Path,  # noqa: F811 - the fixture of tests/test_web_generic.py
