@@ -193,6 +193,12 @@ def _page(operation: str, **args: Any) -> Callable[..., None]:
     return start
 
 
+def _big_flood(client: Client, context: dict[str, Any]) -> None:
+    """A 1 MB view, then the mutation flood: a 1 MB fragment up to 10 times a second."""
+    _run(client, "app_1", "grow", kb=1000)
+    _page("flood")(client, context)
+
+
 ATTACKS = [
     Attack("A1 five 0.9 MB views", "blinder", _grow_and_mount, "Blinder (app_1) is over its"),
     Attack(
@@ -267,6 +273,12 @@ ATTACKS = [
         "webhostile",
         _page("frame_bomb", count=400),
         ("Web Hostile crashed", "Web Hostile did not finish"),
+    ),
+    Attack(
+        "W6 page 1 MB view flood",
+        "webhostile",
+        _big_flood,
+        ("Web Hostile crashed", "Web Hostile is busy serving", "Web Hostile over its memory"),
     ),
 ]
 
