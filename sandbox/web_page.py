@@ -114,8 +114,21 @@ class PageHost:
         return "on" if self.chromium_sandbox else f"off ({self.browser.sandbox_reason})"
 
     def open_page(self, url: str = "about:blank") -> Page:
-        """A new page target with the runtime in it, at ``url`` (not waited for)."""
-        target = str(self.cdp("Target.createTarget", {"url": "about:blank"})["targetId"])
+        """A page target with the runtime in it, at ``url``: the browser's first page (started
+        with it: its renderer already runs), else a new one."""
+        taken = {page.frame for page in self.pages.values()}
+        targets = self.cdp("Target.getTargets", {}).get("targetInfos") or []
+        spare = [
+            t["targetId"]
+            for t in targets
+            if t.get("type") == "page"
+            and t.get("url") == "about:blank"
+            and not t.get("attached")
+            and t["targetId"] not in taken
+        ]
+        target = spare[0] if spare and not self.pages else None
+        if target is None:
+            target = str(self.cdp("Target.createTarget", {"url": "about:blank"})["targetId"])
         attached = self.cdp("Target.attachToTarget", {"targetId": target, "flatten": True})
         page = Page(self, str(attached["sessionId"]), target)
         self.pages[page.session] = page
