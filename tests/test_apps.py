@@ -121,6 +121,14 @@ def assert_same_renders(before: App, after: App) -> None:
 
 
 @pytest.mark.parametrize("path", list(BUNDLED))
+def test_a_bundled_app_keeps_its_data_in_stored_alone(load: Loader, path: str) -> None:
+    """Issue 24: no bundled app serializes, restores or marks its own data by hand."""
+    kind = type(load(APPS / path))
+    hooks = ("serialize", "restore", "serialize_part", "state_inputs")
+    assert [hook for hook in hooks if getattr(kind, hook) is not getattr(App, hook)] == []
+
+
+@pytest.mark.parametrize("path", list(BUNDLED))
 def test_manifest_is_valid(path: str) -> None:
     manifest = load_manifest(APPS / path)
     raw = json.loads((APPS / path / "aoapp.json").read_text())
@@ -321,6 +329,19 @@ def test_thoughts_long_text_keeps_data_value_small(load: Loader) -> None:
     call(root, "record_thought", {"text": "\u00e9\u4e2d" * 20_000})
     rendered = render(root)  # the renderer refuses a data-value over 10 KB
     assert len(json.dumps(rendered.refs["thoughts[0]"]).encode()) < 10 * 1024
+
+
+def test_thoughts_stored_before_issue_24_become_a_key_each(load: Loader) -> None:
+    golden = json.loads((REPO / "tests" / "golden" / "store_before_issue24.json").read_text())
+    app = load(APPS / "system/thoughts")
+    app.restore(sent(golden["system.thoughts"]))  # one list, as the app stored it then
+    app.on_start()
+    assert sorted(app.stored) == ["dropped", "next_id", "thought:thought_1", "thought:thought_3"]
+    (root,) = mount(app)
+    markdown = render(root).markdown
+    assert "1. [Read the <config> first](thought:thoughts[0])" in markdown
+    assert "2. [Then write the answer](thought:thoughts[1])" in markdown
+    assert call(root, "record_thought", {"text": "four"})["id"] == "thought_4"
 
 
 def test_thoughts_round_trip(load: Loader) -> None:
@@ -582,10 +603,12 @@ def test_files_restore_tolerates_what_is_gone(load: Loader, tree: Path) -> None:
     module_app = load(APPS / "files")
     app = type(module_app)(root=tree)  # type: ignore[call-arg]
     app.restore({"path": "gone", "open_file": "gone/file.txt"})
+    app.on_start()
     views = every_view(app)
     assert f"- Current Directory: {tree}\n" in views["browser"].markdown
     assert "This file cannot be read:" in views["file"].markdown
     app.restore({"path": "../outside", "open_file": None})
+    app.on_start()
     assert f"- Current Directory: {tree}\n" in render(app.browser).markdown  # type: ignore[attr-defined]
 
 

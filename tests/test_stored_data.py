@@ -49,14 +49,14 @@ def run(desktop: RunningDesktop, command: str) -> Any:
     return desktop.client.execute(f"{context}{command}</context>")["results"][0]
 
 
-def restart(desktop: RunningDesktop) -> None:
+def restart(desktop: RunningDesktop, app: str = "app_0") -> None:
     """kill -9 the app's worker and wait until another serves it."""
-    pid = desktop.app_pid("app_0")
+    pid = desktop.app_pid(app)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
 
     def serving() -> bool:
-        row = desktop.client.status()["apps"][0]
+        row = next(row for row in desktop.client.status()["apps"] if row["app"] == app)
         return row["state"] == "running" and row["pid"] not in (None, pid)
 
     wait_for(serving, 15, "the restart")
@@ -93,7 +93,12 @@ def test_a_desktop_stored_before_issue_24_restores_on_its_first_start(
     start_desktop: Start,
 ) -> None:
     before = _decoded(json.loads(BEFORE.read_text()))
-    apps = {"system.chat": "system/chat", "com.aotui.notes": "notes"}
+    apps = {
+        "system.chat": "system/chat",
+        "com.aotui.notes": "notes",
+        "system.thoughts": "system/thoughts",
+        "com.aotui.files": "files",
+    }
     entries = [
         AppEntry(
             f"app_{n}", manifest_id, str(BUNDLED_APPS / path), "running", data=before[manifest_id]
@@ -130,6 +135,26 @@ def test_a_desktop_stored_before_issue_24_restores_on_its_first_start(
     assert "[after the upgrade](message:message_history[49])" in text
     assert "[message 254](message:message_history[48])" in text
     assert "50 earlier messages are archived" in text  # one page of 50, as before
+    # The thoughts, one list then, are a key each after the first start.
+    client.execute("<context>open --application app_2</context>")
+    record = '<context app_id="app_2" view_id="view_0">execute record_thought --text four</context>'
+    assert client.execute(record)["results"][0]["id"] == "thought_4"
+    restart(desktop, "app_2")
+    text = client.snapshot()
+    assert "[Then write the answer](thought:thoughts[1])" in text
+    assert "[four](thought:thoughts[2])" in text
+    assert "- Tag: plan" in text
+    # Where the Files app was (its data stored whole then), and a move written as a part since.
+    docs = Path(os.path.realpath("/usr/share/doc"))
+    if not (docs / "base-files" / "copyright").is_file():
+        return  # the place stored then is not on this machine
+    client.execute("<context>open --application app_3</context>")
+    assert f"Current Directory: {docs / 'base-files'}" in client.snapshot()
+    client.execute('<context app_id="app_3" view_id="view_0">execute go_up</context>')
+    restart(desktop, "app_3")
+    text = client.snapshot()
+    assert f"Current Directory: {docs}\n" in text
+    assert "[copyright](view:" in text  # the file opened then is still open
 
 
 # --- the mapping itself, in-process -------------------------------------------------------------

@@ -5,6 +5,9 @@ The root view "Browser" lists the current directory (directories first, at most
 child view with its first :data:`PREVIEW_BYTES`. Every path is resolved (symlinks and ``..``
 included) and must stay under the root: anything else raises :class:`PermissionError`, which the
 runtime answers with ``E_PERMISSION``, as it does when the OS itself refuses a read.
+
+Where the agent is is the app's stored data (``App.stored``): ``path``, the current directory,
+and ``open_file``, both relative to the root; a restart reads the open file again.
 """
 
 from __future__ import annotations
@@ -214,6 +217,23 @@ class FilesApp(App):
         self.browser = BrowserView("browser")
         self.file_view = FileView("file")
 
+    def on_start(self) -> None:
+        # What was there before a restart may be gone: fall back to the root, show the error.
+        path = str(self.stored.get("path", "."))
+        try:
+            cwd = self.inside(self.root / path, path)
+            if cwd.is_dir():
+                self.cwd = cwd
+        except OSError:
+            self.cwd = self.root
+        opened = self.stored.get("open_file")
+        if opened:
+            file = self.root / str(opened)
+            try:
+                self.preview = self.read_head(self.inside(file, str(opened)))
+            except (OSError, ValueError) as exc:
+                self.preview = Preview(file, error=str(exc))
+
     def roots(self) -> list[View[Any]]:
         return [self.browser]
 
@@ -238,9 +258,12 @@ class FilesApp(App):
             with _reading(path), os.scandir(path):
                 pass  # a directory we cannot list must fail here, not in the next render
             self.cwd = path
+            self.stored["path"] = path.relative_to(self.root).as_posix()
             return {"directory": str(path)}
         self.preview = self.read_head(path)
         self.cwd = path.parent
+        self.stored["path"] = self.cwd.relative_to(self.root).as_posix()
+        self.stored["open_file"] = path.relative_to(self.root).as_posix()
         return {"file": str(path)}
 
     def read_head(self, path: Path) -> Preview:
@@ -280,26 +303,6 @@ class FilesApp(App):
             key = (self.cwd / item.name).relative_to(self.root).as_posix()
             entries.append(Entry(item.name, key, not is_file, size))
         return entries, len(found)
-
-    def serialize(self) -> Any:
-        opened = self.preview.path.relative_to(self.root).as_posix() if self.preview else None
-        return {"path": self.cwd.relative_to(self.root).as_posix(), "open_file": opened}
-
-    def restore(self, data: Any) -> None:
-        # What was there before a restart may be gone: fall back to the root, show the error.
-        try:
-            cwd = self.inside(self.root / str(data.get("path", ".")), str(data.get("path")))
-            if cwd.is_dir():
-                self.cwd = cwd
-        except OSError:
-            self.cwd = self.root
-        opened = data.get("open_file")
-        if opened:
-            path = self.root / str(opened)
-            try:
-                self.preview = self.read_head(self.inside(path, str(opened)))
-            except (OSError, ValueError) as exc:
-                self.preview = Preview(path, error=str(exc))
 
 
 def _decode(head: bytes) -> str | None:

@@ -3,6 +3,9 @@
 One root view, "Thoughts": the recorded thoughts (newest last), each with its time and an optional
 tag, plus ``record_thought``, ``delete_thought`` and ``clear_thoughts``. Only the newest
 :data:`MAX_THOUGHTS` are kept, so the scratchpad never grows without bound in the snapshot.
+
+The thoughts are the app's stored data (``App.stored``): ``thought:<id>`` for each thought,
+``next_id`` for the id counter and ``dropped`` for how many the limit dropped.
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ class ThoughtsView(View["ThoughtRecorder"]):
 <section view="Thoughts" description="Your scratchpad of reasoning">
   <h2>Thoughts</h2>
   <p>Only the newest {{ limit }} thoughts are kept; newest last.
-  {%- if app.dropped %} {{ app.dropped }} older {{ "thought" if app.dropped == 1 else "thoughts" }}
+  {%- if dropped %} {{ dropped }} older {{ "thought" if dropped == 1 else "thoughts" }}
   {#- #} dropped.{% endif %}</p>
-{% if app.thoughts %}
+{% if thoughts %}
   <ol list="thought[]:thoughts" title="Thoughts">
-  {%- for t in app.thoughts -%}
+  {%- for t in thoughts -%}
     <li {{ view.item(t["id"], {"id": t["id"], "text": t["text"][:value_chars],
                                "tag": t["tag"] if "tag" in t else "", "time": t["time"]}) }}>
     {{- t["text"] | lines }}<ul><li>Time: {{ t["time"] }}</li>
@@ -50,7 +53,12 @@ class ThoughtsView(View["ThoughtRecorder"]):
 </section>"""
 
     def context(self) -> Mapping[str, Any]:
-        return {"limit": MAX_THOUGHTS, "value_chars": VALUE_TEXT_CHARS}
+        return {
+            "thoughts": self.app.thoughts(),
+            "dropped": self.app.stored.get("dropped", 0),
+            "limit": MAX_THOUGHTS,
+            "value_chars": VALUE_TEXT_CHARS,
+        }
 
     @operation
     def record_thought(self, text: str, tag: str = "") -> Thought:
@@ -69,53 +77,69 @@ class ThoughtsView(View["ThoughtRecorder"]):
 
 
 class ThoughtRecorder(App):
-    """The recorder: thoughts oldest first, an id counter, and how many were dropped."""
+    """Thoughts in ``stored``: ``thought:<id>`` each, ``next_id`` and ``dropped``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.thoughts: list[Thought] = []
-        self.next_id = 1
-        self.dropped = 0
         self.root = ThoughtsView("thoughts")
+
+    def on_start(self) -> None:
+        old = self.stored.get("thoughts")  # stored before issue 24: one list, oldest first
+        if old is not None:
+            del self.stored["thoughts"]
+            for thought in old[-MAX_THOUGHTS:]:
+                self.stored[_part(thought["id"])] = thought
 
     def roots(self) -> list[View[Any]]:
         return [self.root]
 
+    def thoughts(self) -> list[Thought]:
+        """Every kept thought, oldest first."""
+        return [self.stored[key] for key in self._keys()]
+
     def record(self, text: str, tag: str = "") -> Thought:
-        """Append a thought, dropping the oldest past :data:`MAX_THOUGHTS`; returns it."""
+        """Add a thought, dropping the oldest past :data:`MAX_THOUGHTS`; returns it."""
         if not text.strip():
             raise ValueError("a thought needs some text")
-        thought = {"id": f"thought_{self.next_id}", "time": _now(), "text": text.strip()}
+        number = int(self.stored.get("next_id", 1))
+        thought = {"id": f"thought_{number}", "time": _now(), "text": text.strip()}
         if tag.strip():
             thought["tag"] = tag.strip()
-        self.next_id += 1
-        self.thoughts.append(thought)
-        excess = len(self.thoughts) - MAX_THOUGHTS
+        self.stored["next_id"] = number + 1
+        self.stored[_part(thought["id"])] = thought
+        kept = self._keys()
+        excess = len(kept) - MAX_THOUGHTS
         if excess > 0:
-            del self.thoughts[:excess]
-            self.dropped += excess
+            for key in kept[:excess]:
+                del self.stored[key]
+            self.stored["dropped"] = int(self.stored.get("dropped", 0)) + excess
         return thought
 
     def delete(self, thought_id: str) -> Thought:
         """Remove the thought with ``thought_id``; returns it."""
-        for index, thought in enumerate(self.thoughts):
-            if thought["id"] == thought_id:
-                return self.thoughts.pop(index)
-        raise LookupError(f"thought {thought_id!r} is already gone; read the Thoughts list again")
+        thought: Thought | None = self.stored.get(_part(thought_id))
+        if thought is None:
+            raise LookupError(
+                f"thought {thought_id!r} is already gone; read the Thoughts list again"
+            )
+        del self.stored[_part(thought_id)]
+        return thought
 
     def clear(self) -> dict[str, int]:
         """Remove every thought; returns how many there were."""
-        cleared = len(self.thoughts)
-        self.thoughts.clear()
-        return {"cleared": cleared}
+        keys = self._keys()
+        for key in keys:
+            del self.stored[key]
+        return {"cleared": len(keys)}
 
-    def serialize(self) -> Any:
-        return {"thoughts": self.thoughts, "next_id": self.next_id, "dropped": self.dropped}
+    def _keys(self) -> list[str]:
+        """The thoughts' keys, oldest first (ids are numbered in the order they were added)."""
+        keys = [key for key in self.stored if key.startswith("thought:")]
+        return sorted(keys, key=lambda key: int(key.rpartition("_")[2]))
 
-    def restore(self, data: Any) -> None:
-        self.thoughts = list(data["thoughts"])[-MAX_THOUGHTS:]
-        self.next_id = int(data["next_id"])
-        self.dropped = int(data.get("dropped", 0))
+
+def _part(thought_id: str) -> str:
+    return f"thought:{thought_id}"
 
 
 app = ThoughtRecorder()
