@@ -1,4 +1,5 @@
-"""Durability benchmarks (issue 5): ack latency by durability mode, supervisor crash recovery,
+"""Durability benchmarks (issue 5): ack latency by durability mode and by store (SQLite, and
+PostgreSQL on a private server started for the run, issue 25), supervisor crash recovery,
 supervisor RSS and descriptors over a soak.
 
 Run: ``.venv/bin/python bench/bench_store.py [soak seconds, default 60]``.
@@ -6,11 +7,13 @@ Run: ``.venv/bin/python bench/bench_store.py [soak seconds, default 60]``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -28,11 +31,63 @@ from bench.bench_desktop import TEST_APPS, Desktop, _copies, _pct  # noqa: E402
 BUMP = '<context app_id="{app}" view_id="view_0">execute bump</context>'
 
 
-def bench_ack_latency(n: int = 1000) -> dict[str, float]:
-    """p50/p99 of an acknowledged state-changing execute, per durability mode."""
+@contextlib.contextmanager
+def _postgres() -> Iterator[str | None]:
+    """A database on a private PostgreSQL server (tests/stores.py), or ``None`` without one."""
+    from tests.stores import private_postgres
+
+    try:
+        with private_postgres() as server:
+            yield server.create_database("bench")
+    except BaseException as exc:  # pytest's Skipped: no server binaries here
+        if type(exc).__name__ != "Skipped":
+            raise
+        print(f"PostgreSQL figures left out: {exc}")
+        yield None
+
+
+def bench_store_writes(url: str | None, n: int = 2000) -> dict[str, float]:
+    """p50/p99 of one acknowledged store write (``save_apps`` of one app, durable), per store."""
+    from aotui.supervisor.store.base import open_store
+    from aotui.supervisor.store.state import AppEntry, DesktopState
+
+    figures: dict[str, float] = {}
+    entry = AppEntry("app_0", "com.bench", "/nowhere", "running", ["root"], [], {}, {"n": 0})
+    header = DesktopState("bench", 1.0, 1.0, 1, [])
+    with tempfile.TemporaryDirectory(prefix="aotui-store-") as tmp:
+        for kind, location in (("sqlite", ""), ("postgresql", url)):
+            if location is None:
+                continue
+            store = open_store(location, "bench", Path(tmp) / "bench.db")
+            try:
+                samples = []
+                for i in range(n):
+                    entry.data = {"n": i}
+                    began = time.perf_counter()
+                    store.save_apps(header, [entry], {"app_0": 0})
+                    samples.append((time.perf_counter() - began) * 1000)
+            finally:
+                store.close()
+            p50, p99 = _pct(samples, 0.5), _pct(samples, 0.99)
+            print(f"store write, {kind:<10} (durable commit): p50 {p50:.3f} ms, p99 {p99:.3f} ms")
+            figures[f"write_{kind}_p50_ms"], figures[f"write_{kind}_p99_ms"] = p50, p99
+    if "write_postgresql_p50_ms" in figures:
+        ratio = figures["write_postgresql_p50_ms"] / figures["write_sqlite_p50_ms"]
+        print(f"store write p50, PostgreSQL / SQLite: {ratio:.1f}x (goal ≤ 3x)")
+        figures["write_postgresql_vs_sqlite"] = ratio
+    return figures
+
+
+def bench_ack_latency(n: int = 1000, url: str | None = None) -> dict[str, float]:
+    """p50/p99 of an acknowledged state-changing execute, per durability mode (and with the
+    desktop in PostgreSQL at ``url``, when given)."""
     figures = {}
-    for mode in ("ack", "batch", "off"):
-        desktop = Desktop([TEST_APPS / "echo"], durability=mode)
+    modes = ["ack", "ack-postgresql", "batch", "off"] if url else ["ack", "batch", "off"]
+    for mode in modes:
+        settings = {"durability": mode.split("-")[0]}
+        if mode == "ack-postgresql":
+            settings["store"] = url or ""
+        desktop = Desktop([TEST_APPS / "echo"], **settings)
         try:
             client = desktop.client
             client.execute("<context>open --application app_0</context>")
@@ -46,9 +101,15 @@ def bench_ack_latency(n: int = 1000) -> dict[str, float]:
         finally:
             desktop.close()
         p50, p99 = _pct(samples, 0.5), _pct(samples, 0.99)
-        label = {"ack": "durable (fsync per ack)", "batch": "batched (50 ms)", "off": "no store"}
+        label = {
+            "ack": "durable (fsync per ack)",
+            "ack-postgresql": "durable, PostgreSQL",
+            "batch": "batched (50 ms)",
+            "off": "no store",
+        }
         print(f"ack latency, {label[mode]:<24}: p50 {p50:.3f} ms, p99 {p99:.3f} ms")
-        figures[f"ack_{mode}_p50_ms"], figures[f"ack_{mode}_p99_ms"] = p50, p99
+        key = mode.replace("-", "_")
+        figures[f"ack_{key}_p50_ms"], figures[f"ack_{key}_p99_ms"] = p50, p99
     return figures
 
 
@@ -156,7 +217,9 @@ def bench_soak(seconds: float = 60.0) -> dict[str, float]:
 def run() -> dict[str, float]:
     """Every durability figure."""
     figures: dict[str, float] = {}
-    figures.update(bench_ack_latency())
+    with _postgres() as url:
+        figures.update(bench_store_writes(url))
+        figures.update(bench_ack_latency(url=url))
     figures.update(bench_supervisor_crash())
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 and __name__ == "__main__" else 60.0
     figures.update(bench_soak(seconds))

@@ -118,6 +118,9 @@ class DesktopConfig:
     #: at most that much); ``off``: nothing is stored, a crashed desktop starts empty.
     durability: Durability = Durability.ACK
     durability_batch_ms: int = 50
+    #: Where the desktop is stored: ``""`` (the default) its SQLite file under ``AOTUI_HOME``;
+    #: ``postgresql://…`` a PostgreSQL database (``aotui up --store URL``; docs/durability.md).
+    store: str = ""
     #: Snapshot budgets (CONTRACT §4): bytes of one app's views, of one view, lines of one
     #: app's view tree (and views shown), deepest level listed, bytes of the whole snapshot.
     #: What exceeds them is replaced by a marker naming the app.
@@ -268,8 +271,20 @@ def _durability(value: Any) -> Durability:
         ) from None
 
 
+def _store(value: Any) -> str:
+    """The ``store`` key: empty (SQLite) or a ``postgresql://`` URL."""
+    if _check("store", value, str) and not value.startswith(("postgresql://", "postgres://")):
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            f"config key 'store' is empty (the SQLite file under AOTUI_HOME) or a "
+            f"postgresql://… URL, got {value[:60]!r}",
+        )
+    return str(value)
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "durability": _durability,
+    "store": _store,
     "limits": _limits,
     "max_limits": _max_limits,
     "web_limits": _web_limits,

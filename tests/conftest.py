@@ -27,6 +27,7 @@ from aotui.supervisor.interface.client import Client
 from aotui.supervisor.interface.launch import DesktopLaunch, LaunchedDesktop, launch_desktop
 from aotui.supervisor.server.conn_guard import raise_descriptor_limit
 from aotui.supervisor.workers import app_tmp
+from tests.stores import PrivatePostgres, StoreBackend, private_postgres
 
 TEST_APPS = Path(__file__).parent / "apps"
 BUNDLED_APPS = Path(__file__).parent.parent / "apps"
@@ -254,3 +255,19 @@ def channel() -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]:
         worker.close(linger=0)
         supervisor.close(linger=0)
         context.term()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PrivatePostgres]:
+    """A private PostgreSQL server for this test process (tests/stores.py); skips without one."""
+    with private_postgres() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_backend(request: pytest.FixtureRequest, tmp_path: Path) -> StoreBackend:
+    """Each store in turn: the SQLite default, and PostgreSQL (a fresh database on the private
+    server). A test taking it runs against both, with the same assertions."""
+    if request.param == "sqlite":
+        return StoreBackend("sqlite", tmp_path)
+    return StoreBackend("postgresql", tmp_path, request.getfixturevalue("postgres_server"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from aotui.supervisor.store.repair import repair
 from aotui.supervisor.store.state import FORMAT, VERSION, AppEntry, DesktopState
 from aotui.supervisor.store.store import DesktopStore
 from tests.conftest import RunningDesktop, wait_for
+from tests.stores import StoreBackend
 
 Start = Callable[..., RunningDesktop]
 BUMP = '<context app_id="{app}" view_id="view_0">execute bump</context>'
@@ -181,7 +181,7 @@ def test_corrupt_store_class_and_fresh_start(private_home: Path) -> None:
     assert str(path) in corrupt.value.message
 
 
-def test_state_round_trip_and_versions(private_home: Path) -> None:
+def test_state_round_trip_and_versions(store_backend: StoreBackend) -> None:
     state = DesktopState(
         "d",
         1.5,
@@ -204,7 +204,7 @@ def test_state_round_trip_and_versions(private_home: Path) -> None:
     assert raw["format"] == FORMAT
     assert raw["version"] == VERSION
     assert DesktopState.from_dict(raw) == state
-    store = DesktopStore(private_home / "desktops" / "d.db")
+    store = store_backend.open()
     store.save_desktop(state)
     loaded = store.load()
     store.close()
@@ -221,17 +221,16 @@ def test_state_round_trip_and_versions(private_home: Path) -> None:
             DesktopState.from_dict(bad)
 
 
-def test_snapshot_ids_are_never_reused_across_boots(private_home: Path) -> None:
-    path = private_home / "desktops" / "ids.db"
-    first = DesktopStore(path)
+def test_snapshot_ids_are_never_reused_across_boots(store_backend: StoreBackend) -> None:
+    first = store_backend.open("ids")
     a = first.reserve_snapshot_ids()
     first.close()
-    second = DesktopStore(path)
+    second = store_backend.open("ids")
     b = second.reserve_snapshot_ids()
     second.close()
     assert b > a
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    if store_backend.kind == "sqlite":
+        assert store_backend.sql("PRAGMA journal_mode", desktop="ids") == [("wal",)]
 
 
 def test_an_apps_children_die_with_a_killed_supervisor(start_desktop: Start) -> None:

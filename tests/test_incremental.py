@@ -24,8 +24,8 @@ from aotui.protocol.messages import Ack, FragmentUpdate, Message, Mount, Operati
 from aotui.sandbox.sdk import App, View, operation
 from aotui.sandbox.worker import WorkerLoop, load_app
 from aotui.supervisor.store.state import AppEntry, DesktopState
-from aotui.supervisor.store.store import DesktopStore
 from tests.conftest import BUNDLED_APPS, RunningDesktop
+from tests.stores import StoreBackend
 
 Start = Callable[..., RunningDesktop]
 
@@ -236,9 +236,10 @@ def desktop(*entries: AppEntry) -> DesktopState:
     return DesktopState("d", 1.0, 1.0, len(entries), list(entries))
 
 
-def test_stored_parts_lay_over_the_app_row_until_it_is_written_whole(tmp_path: Path) -> None:
-    path = tmp_path / "d.db"
-    store = DesktopStore(path)
+def test_stored_parts_lay_over_the_app_row_until_it_is_written_whole(
+    store_backend: StoreBackend,
+) -> None:
+    store = store_backend.open()
     base = entry("app_0", {"a": 1, "b": 2})
     store.save_desktop(desktop(base))
     store.save_parts(desktop(base), base, {"b": 3, "c": 4})
@@ -251,12 +252,13 @@ def test_stored_parts_lay_over_the_app_row_until_it_is_written_whole(tmp_path: P
     assert loaded is not None
     assert loaded.apps[0].data == {"z": 0}
     store.close()
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT count(*) FROM app_parts").fetchone()[0] == 0
+    assert store_backend.sql("SELECT count(*) FROM app_parts WHERE {desktop}") == [(0,)]
 
 
-def test_parts_of_an_app_the_store_has_no_row_for_write_the_row(tmp_path: Path) -> None:
-    store = DesktopStore(tmp_path / "d.db")
+def test_parts_of_an_app_the_store_has_no_row_for_write_the_row(
+    store_backend: StoreBackend,
+) -> None:
+    store = store_backend.open()
     fresh = entry("app_0", {"a": 1})
     store.save_parts(desktop(fresh), fresh, {"b": 2})
     loaded = store.load()
@@ -265,10 +267,12 @@ def test_parts_of_an_app_the_store_has_no_row_for_write_the_row(tmp_path: Path) 
     store.close()
 
 
-def test_a_write_of_some_apps_needs_only_their_entries_and_places(tmp_path: Path) -> None:
+def test_a_write_of_some_apps_needs_only_their_entries_and_places(
+    store_backend: StoreBackend,
+) -> None:
     # The desktop writes an acknowledgement with its own fields and each app's place, not every
     # other app's entry (building those cost each operation time in proportion to the desktop).
-    store = DesktopStore(tmp_path / "d.db")
+    store = store_backend.open()
     one, two, three = entry("app_0", {"a": 0}), entry("app_1", 1), entry("app_2", {"c": 2})
     header = DesktopState("d", 1.0, 1.0, 3, [])
     places = {"app_0": 0, "app_1": 1, "app_2": 2}
@@ -287,17 +291,14 @@ def test_a_write_of_some_apps_needs_only_their_entries_and_places(tmp_path: Path
     store.close()
 
 
-def test_a_damaged_part_quarantines_its_app_and_is_kept(tmp_path: Path) -> None:
-    path = tmp_path / "d.db"
-    store = DesktopStore(path)
+def test_a_damaged_part_quarantines_its_app_and_is_kept(store_backend: StoreBackend) -> None:
+    store = store_backend.open()
     one, two = entry("app_0", {"a": 1}), entry("app_1", {"a": 1})
     store.save_desktop(desktop(one, two))
     store.save_parts(desktop(one, two), one, {"a": 2})
     store.close()
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        db.execute("UPDATE app_parts SET data = X'00' WHERE app = 'app_0'")
-        db.commit()
-    store = DesktopStore(path)
+    store_backend.sql("UPDATE app_parts SET data = ? WHERE {desktop} AND app = 'app_0'", b"\x00")
+    store = store_backend.open()
     loaded = store.load()
     assert loaded is not None
     assert [a.app for a in loaded.apps] == ["app_1"]
@@ -305,8 +306,8 @@ def test_a_damaged_part_quarantines_its_app_and_is_kept(tmp_path: Path) -> None:
     assert "checksum" in store.quarantined[0].problem
     store.save_desktop(loaded)  # a later save keeps the quarantined row and its parts
     store.close()
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT count(*) FROM app_parts WHERE app = 'app_0'").fetchone()[0] == 1
+    count = "SELECT count(*) FROM app_parts WHERE {desktop} AND app = 'app_0'"
+    assert store_backend.sql(count) == [(1,)]
 
 
 # --- a real desktop ------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from tests.conftest import (
     wait_for,
     write_config,
 )
+from tests.stores import StoreBackend
 
 Start = Callable[..., RunningDesktop]
 BUMP = '<context app_id="{app}" view_id="view_0">execute bump</context>'
@@ -465,11 +466,10 @@ def test_same_desktop_under_another_socket_or_frozen_is_refused(
 # --- item 7: snapshot ids never repeat; a retained id outlives the cap; unknown ids are errors --
 
 
-def test_snapshot_ids_never_repeat_past_a_reserved_block(private_home: Path) -> None:
-    path = private_home / "desktops" / "ids.db"
+def test_snapshot_ids_never_repeat_past_a_reserved_block(store_backend: StoreBackend) -> None:
     handed_out: list[str] = []
     for _life in range(3):  # each life ends as a crash would: the registry is simply gone
-        store = DesktopStore(path)
+        store = store_backend.open("ids")
         registry: SnapshotRegistry[int] = SnapshotRegistry(
             reserve=store.reserve_snapshot_ids, block=10
         )

@@ -25,15 +25,15 @@ from aotui.protocol.api import AppStatus
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.config import DesktopConfig, Durability
 from aotui.supervisor.paths import store_path
+from aotui.supervisor.store.base import Store, open_store
 from aotui.supervisor.store.budget import DataBudget
 from aotui.supervisor.store.faults import StoreIOError
 from aotui.supervisor.store.lock import StoreLock
 from aotui.supervisor.store.state import AppEntry, DesktopState
-from aotui.supervisor.store.store import DesktopStore
 
 if TYPE_CHECKING:
     from aotui.supervisor.desktop.app_record import AppRecord
-    from aotui.supervisor.store.store import Quarantined
+    from aotui.supervisor.store.rows import Quarantined
 
 __all__ = [
     "STORE_MIN_FREE_BYTES",
@@ -191,14 +191,15 @@ class Acknowledged(Persistence):
     """``ack``: each acknowledged effect is in the store before its acknowledgement."""
 
     mode = Durability.ACK
-    #: SQLite's ``synchronous`` for this mode.
+    #: SQLite's ``synchronous`` for this mode (PostgreSQL: ``synchronous_commit`` on, else off).
     SYNCHRONOUS = "FULL"
 
     def __init__(self, desktop: Stored, config: DesktopConfig) -> None:
         super().__init__(desktop, config)
         path = store_path(config.desktop)
         self.path = path
-        self.store: DesktopStore | None = None
+        #: The SQLite file, or the database ``config.store`` names (supervisor/store/base.py).
+        self.store: Store | None = None
         self.lock: StoreLock | None = None
         #: Why the store refuses writes, while it does (state-changing commands get ``E_IO``).
         self.problem: str | None = None
@@ -210,7 +211,7 @@ class Acknowledged(Persistence):
 
     def open(self) -> DesktopState | None:
         self.lock = StoreLock.acquire(self.path)  # one store, one supervisor, for our whole life
-        self.store = DesktopStore(self.path, self.SYNCHRONOUS)
+        self.store = open_store(self.config.store, self.config.desktop, self.path, self.SYNCHRONOUS)
         saved = self.store.load()
         if self.store.wal_damage:
             self.desktop.log(
@@ -221,7 +222,7 @@ class Acknowledged(Persistence):
             self.desktop.log(
                 f"{row.app} ({row.manifest_id or 'unknown app'}) is quarantined: its stored row "
                 f"is damaged ({row.problem}). The other apps loaded; its row is kept untouched "
-                f"in {self.path} and its app_N is never reused."
+                f"in {self.store.location} and its app_N is never reused."
             )
         return saved
 
@@ -333,7 +334,7 @@ class Acknowledged(Persistence):
             # A full disk is seen before the effect, not after (one statvfs, microseconds).
             full = self.store.space_problem(STORE_MIN_FREE_BYTES)
             if full is not None:
-                self.failed(StoreIOError(self.store.path, "written", full))
+                self.failed(full)
         if self.problem is not None:
             raise AotuiError(
                 ErrorCode.E_IO,
@@ -350,13 +351,13 @@ class Acknowledged(Persistence):
         return {
             "state": "failing" if self.problem else "ok",
             "problem": self.problem,
-            "path": str(self.store.path),
+            "path": self.store.location,
             "quarantined": [q.app for q in self.store.quarantined],
             "wal_damage": self.store.wal_damage,
         }
 
-    def failed(self, exc: Exception) -> None:
-        """The store refused a write: refuse state changes until a retry succeeds."""
+    def failed(self, exc: Exception | str) -> None:
+        """The store refused a write (why): refuse state changes until a retry succeeds."""
         detail = exc.detail if isinstance(exc, StoreIOError) else str(exc)
         if self.problem is None:
             self.desktop.log(

@@ -138,7 +138,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from aotui.supervisor.config import load_config
 
     # --desktop wins over the config file's ``desktop =``, which wins over "default".
-    config = load_config(args.config, desktop=args.desktop)
+    config = load_config(args.config, desktop=args.desktop, store=args.store)
     paths = DesktopPaths.for_desktop(config.desktop, args.socket)
     running = _running(config.desktop, args.socket, args.fresh)
     if running is not None:  # `up` twice is `up` once: the desktop the user asked for runs
@@ -150,7 +150,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         _emit(args, running, text)
         return 0
     _check_data_home(config.desktop)
-    _claim_store(args, config.desktop, config.durability)
+    _claim_store(args, config.desktop, config.durability, config.store)
     if args.detach:
         gc.enable()  # this process only waits for its child now
         return _up_detached(args, config.desktop, paths)
@@ -189,12 +189,16 @@ def _running(desktop: str, socket: str | None, fresh: bool) -> dict[str, Any] | 
     return running
 
 
-def _claim_store(args: argparse.Namespace, desktop: str, durability: str) -> None:
-    """Refuse a store another supervisor holds or that is damaged; in the foreground, lock it."""
+def _claim_store(args: argparse.Namespace, desktop: str, durability: str, where: str) -> None:
+    """Refuse a store another supervisor holds or that is damaged; in the foreground, lock it.
+
+    ``where``: the config's ``store`` (``""``: the SQLite file; else a PostgreSQL URL).
+    """
+    from aotui.supervisor.store.base import is_server_store, open_store
     from aotui.supervisor.store.faults import StoreHeld
     from aotui.supervisor.store.lock import StoreLock, lock_holder
     from aotui.supervisor.store.repair import aside, is_damaged
-    from aotui.supervisor.store.store import DesktopStore, identity_path
+    from aotui.supervisor.store.store import identity_path
 
     stored = store_path(desktop)
     holder = lock_holder(stored)
@@ -205,12 +209,18 @@ def _claim_store(args: argparse.Namespace, desktop: str, durability: str) -> Non
     if not args.detach:
         # Held for this process's life; the detached parent leaves it to its child.
         StoreLock.acquire(stored)
+    if args.fresh and is_server_store(where):
+        raise AotuiError(
+            ErrorCode.E_INVALID_CMD,
+            "--fresh sets a SQLite store aside; a desktop stored in PostgreSQL starts empty "
+            "under a new --desktop name",
+        )
     if args.fresh and (stored.exists() or identity_path(stored).exists()):
         # Only a damaged store is named `.corrupt-…`: a healthy one was replaced on request.
         kept = aside(stored, why="corrupt" if is_damaged(stored) else "replaced")
         _note(args, f"kept the old store of {desktop!r} as {kept}")
     if durability != "off":
-        DesktopStore(store_path(desktop)).close()  # a damaged store fails here, clearly
+        open_store(where, desktop, stored).close()  # a damaged store fails here, clearly
 
 
 def _up_detached(args: argparse.Namespace, desktop: str, paths: DesktopPaths) -> int:
@@ -228,6 +238,7 @@ def _up_detached(args: argparse.Namespace, desktop: str, paths: DesktopPaths) ->
         Path(args.socket) if args.socket else None,
         log=paths.log,
         new_session=True,
+        store=args.store,
     )
     try:
         info = spawn_desktop(launch).wait_answering()
@@ -904,6 +915,12 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
         "--fresh",
         action="store_true",
         help="start empty, keeping the old store beside the new one (<name>.db.replaced-<time>)",
+    )
+    parsers["up"].add_argument(
+        "--store",
+        metavar="URL",
+        help="store the desktop in PostgreSQL (postgresql://…) instead of its SQLite file; "
+        "the config's 'store' key otherwise",
     )
     parsers["desktops"].add_argument(
         "--repair", metavar="NAME", help="salvage a damaged store, keeping the damaged file"

@@ -102,6 +102,8 @@ class DesktopLaunch:
     new_session: bool = False
     #: Run as this (uid, gid), without supplementary groups; ``None``: as this process.
     credentials: tuple[int, int] | None = None
+    #: Its store (``--store``, a ``postgresql://`` URL); ``None``: the config's.
+    store: str | None = None
 
     def command(self) -> list[str]:
         """The child's command line."""
@@ -110,6 +112,8 @@ class DesktopLaunch:
             command += ["--config", str(self.config)]
         if self.socket is not None:
             command += ["--socket", str(self.socket)]
+        if self.store is not None:
+            command += ["--store", self.store]
         return command
 
     def socket_dir(self) -> str | None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -38,15 +37,26 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError
 from aotui.protocol.messages import AppState
+from aotui.supervisor.store.base import REPLY_KEEP_S, SNAPSHOT_ID_BLOCK, Command
 from aotui.supervisor.store.faults import StoreCorrupt, StoreHeld, StoreIOError, from_sqlite
 from aotui.supervisor.store.lock import lock_holder
+from aotui.supervisor.store.rows import (
+    Malformed,
+    Quarantined,
+    app_rows,
+    assemble,
+    merged_parts,
+    meta_rows,
+    part_row,
+    read_row,
+    row_checksum,
+)
 from aotui.supervisor.store.state import VERSION, AppEntry, DesktopState
 from aotui.supervisor.store.wal_check import tail_damage
 
@@ -62,10 +72,9 @@ __all__ = [
 ]
 
 #: Version of the SQLite schema (the DesktopState inside has its own version). 3 added
-#: ``app_parts``, created (like every table) at the first write.
-SCHEMA_VERSION = 3
-#: Snapshot ids are reserved in blocks, so ids from before a crash are never handed out again.
-SNAPSHOT_ID_BLOCK = 100_000
+#: ``app_parts``, 4 ``commands`` (command id → first reply), each created (like every table) at
+#: the first write.
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -83,17 +92,11 @@ CREATE TABLE IF NOT EXISTS app_parts (
     checksum TEXT NOT NULL,
     PRIMARY KEY (app, part)
 );
+CREATE TABLE IF NOT EXISTS commands (id TEXT PRIMARY KEY, reply BLOB NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS commands_at ON commands (at);
 """
-
-
-@dataclass(frozen=True)
-class Quarantined:
-    """An app row that could not be read; it stays in the store untouched."""
-
-    app: str
-    #: The manifest id, when the row's entry could still be read.
-    manifest_id: str | None
-    problem: str
+#: Old replies are dropped once every this many recorded commands.
+_PRUNE_EVERY = 1024
 
 
 def identity_path(path: Path) -> Path:
@@ -112,18 +115,13 @@ def read_identity(path: Path) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) else {"id": path.stem, "created": None}
 
 
-def row_checksum(entry_text: str, data: bytes | None) -> str:
-    """The checksum stored beside an app row (over its entry and data exactly as stored)."""
-    digest = hashlib.blake2b(entry_text.encode(), digest_size=16)
-    digest.update(b"\x00" if data is None else b"\x01" + data)
-    return digest.hexdigest()
-
-
 class DesktopStore:
     """Reads and writes one desktop's state; safe to call from worker threads."""
 
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
         self.path = path
+        self.location = str(path)
+        self._recorded = 0
         self._lock = threading.Lock()
         self.quarantined: list[Quarantined] = []
         self.wal_damage: str | None = None
@@ -208,6 +206,8 @@ class DesktopStore:
         self._tables = bool(tables)
         #: Whether ``app_parts`` exists (schema 2 stores get it at their first write).
         self._parts = "app_parts" in tables
+        #: Whether ``commands`` exists (schema 3 stores get it at their first write).
+        self._commands = "commands" in tables
         if tables and not {"meta", "apps"} <= tables:
             found = ", ".join(sorted(tables))[:200]
             raise StoreCorrupt(self.path, f"its tables are not aotui's (found: {found})")
@@ -236,7 +236,7 @@ class DesktopStore:
         db.execute(
             "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
-        self._tables = self._checksums = self._ready = self._parts = True
+        self._tables = self._checksums = self._ready = self._parts = self._commands = True
 
     def close(self) -> None:
         """Close the database (checkpointing the WAL)."""
@@ -286,40 +286,10 @@ class DesktopStore:
                 )
         except sqlite3.Error as exc:
             raise from_sqlite(self.path, exc, "read") from None
-        if "id" not in meta:
-            if rows:
-                raise StoreCorrupt(self.path, f"{len(rows)} app row(s) but no desktop identity")
-            return None
-        apps = []
-        self.quarantined = []
-        parts = _group_parts(part_rows)
-        for app, entry_text, data, checksum in rows:
-            entry, problem = read_row(entry_text, data, checksum)
-            if entry is not None and str(app) in parts:
-                problem = _apply_parts(entry, parts[str(app)])
-                entry = None if problem else entry
-            if entry is None:
-                manifest_id = _peek_manifest_id(entry_text)
-                self.quarantined.append(Quarantined(str(app), manifest_id, problem))
-            else:
-                apps.append(entry)
         try:
-            state = DesktopState.from_dict(
-                {
-                    "format": "aotui.desktop",
-                    "version": int(meta.get("state_version", VERSION)),
-                    "id": meta["id"],
-                    "created": float(meta["created"]),
-                    "last_used": float(meta.get("last_used") or meta["created"]),
-                    "next_app": int(meta.get("next_app", len(rows))),
-                    "apps": [asdict(a) for a in apps],
-                }
-            )
-        except (AotuiError, KeyError, ValueError) as exc:
-            raise StoreCorrupt(self.path, f"the desktop's meta table is malformed: {exc}") from None
-        # An app_N must never be handed out twice, even if next_app itself was damaged.
-        numbers = [_app_number(app) for app, *_ in rows]
-        state.next_app = max([state.next_app, *(n + 1 for n in numbers if n is not None)])
+            state, self.quarantined = assemble(meta, rows, part_rows)
+        except Malformed as exc:
+            raise StoreCorrupt(self.path, str(exc)) from None
         return state
 
     def save_desktop(self, state: DesktopState) -> None:
@@ -329,7 +299,7 @@ class DesktopStore:
         """
         keep = [entry.app for entry in state.apps] + [q.app for q in self.quarantined]
         with self._transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta_rows(state).items())
             marks = ", ".join("?" * len(keep))
             db.execute(f"DELETE FROM apps WHERE app NOT IN ({marks})", keep)
             db.execute(f"DELETE FROM app_parts WHERE app NOT IN ({marks})", keep)
@@ -341,17 +311,24 @@ class DesktopStore:
         state: DesktopState,
         entries: list[AppEntry],
         positions: Mapping[str, int] | None = None,
-    ) -> None:
+        command: Command | None = None,
+    ) -> Command | None:
         """Write some apps (and the desktop's meta) in one durable transaction.
 
         ``positions`` gives each app's place in the desktop; without it, ``state.apps`` does.
+        With ``command``, it is recorded in the same transaction; if its id already was, nothing
+        is written and the command first recorded is returned.
         """
         if positions is None:
             positions = {entry.app: i for i, entry in enumerate(state.apps)}
         with self._transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
+            earlier = self._record(db, command)
+            if earlier is not None:
+                return earlier
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta_rows(state).items())
             for entry in entries:
                 _write_app(db, positions.get(entry.app, len(positions)), entry)
+        return None
 
     def save_parts(
         self,
@@ -359,41 +336,72 @@ class DesktopStore:
         entry: AppEntry,
         changes: dict[str, Any],
         position: int | None = None,
-    ) -> None:
+        command: Command | None = None,
+    ) -> Command | None:
         """Write the parts of ``entry``'s keyed data that changed, in one durable transaction.
 
         ``entry.data`` is the data before ``changes``, which maps a part to its new value
         (``None``: the part is gone). When the store has no row for the app yet, the row is
         written whole instead, so parts always have a base; at ``position`` in the desktop, or
-        where ``state.apps`` has it.
+        where ``state.apps`` has it. ``command`` as for :meth:`save_apps`.
         """
         with self._transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", _meta_rows(state).items())
+            earlier = self._record(db, command)
+            if earlier is not None:
+                return earlier
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta_rows(state).items())
             known = db.execute("SELECT 1 FROM apps WHERE app = ?", (entry.app,)).fetchone()
             if known is None:
-                data = dict(entry.data or {})
-                for part, value in changes.items():
-                    if value is None:
-                        data.pop(part, None)
-                    else:
-                        data[part] = value
                 if position is None:
                     position = next(
                         (i for i, e in enumerate(state.apps) if e.app == entry.app),
                         len(state.apps),
                     )
-                _write_app(db, position, replace(entry, data=data))
-                return
+                _write_app(db, position, merged_parts(entry, changes))
+                return None
             db.executemany(
                 "INSERT OR REPLACE INTO app_parts VALUES (?, ?, ?, ?)",
-                [_part_row(entry.app, part, value) for part, value in changes.items()],
+                [part_row(entry.app, part, value) for part, value in changes.items()],
             )
+        return None
 
-    def delete_app(self, app: str) -> None:
-        """Forget an uninstalled app."""
+    def delete_app(self, app: str, command: Command | None = None) -> Command | None:
+        """Forget an uninstalled app; ``command`` as for :meth:`save_apps`."""
         with self._transaction() as db:
+            earlier = self._record(db, command)
+            if earlier is not None:
+                return earlier
             db.execute("DELETE FROM apps WHERE app = ?", (app,))
             db.execute("DELETE FROM app_parts WHERE app = ?", (app,))
+        return None
+
+    def reply_to(self, command_id: str) -> Command | None:
+        """The command recorded under ``command_id``, with its first reply, or ``None``."""
+        if not self._commands:
+            return None
+        try:
+            with self._lock:
+                row = self._db.execute(
+                    "SELECT reply FROM commands WHERE id = ?", (command_id,)
+                ).fetchone()
+        except sqlite3.Error as exc:
+            raise from_sqlite(self.path, exc, "read") from None
+        return None if row is None else Command(command_id, _reply(row[0]))
+
+    def _record(self, db: sqlite3.Connection, command: Command | None) -> Command | None:
+        """Record ``command`` in this transaction; the earlier one if its id was recorded."""
+        if command is None:
+            return None
+        row = db.execute("SELECT reply FROM commands WHERE id = ?", (command.id,)).fetchone()
+        if row is not None:
+            return Command(command.id, _reply(row[0]))
+        now = time.time()
+        frame = codec.encode(AppState(request_id=0, data=command.reply))
+        db.execute("INSERT INTO commands VALUES (?, ?, ?)", (command.id, frame, now))
+        self._recorded += 1
+        if self._recorded % _PRUNE_EVERY == 0:
+            db.execute("DELETE FROM commands WHERE at < ?", (now - REPLY_KEEP_S,))
+        return None
 
     def reserve_snapshot_ids(self, count: int = SNAPSHOT_ID_BLOCK) -> int:
         """The first of ``count`` fresh snapshot ids, durably never handed out again."""
@@ -431,110 +439,17 @@ class DesktopStore:
         os.replace(temporary, target)
 
 
-def read_row(entry_text: Any, data: Any, checksum: Any) -> tuple[AppEntry | None, str]:
-    """One app row as an entry, or ``None`` and what is wrong with it."""
-    blob = None if data is None else bytes(data)
-    if not isinstance(entry_text, str):
-        return None, "its entry is not text"
-    if checksum is not None and checksum != row_checksum(entry_text, blob):
-        return None, "its content does not match its checksum (the row was damaged on disk)"
-    try:
-        entry = AppEntry(**json.loads(entry_text))
-    except (ValueError, TypeError) as exc:
-        return None, f"its entry is malformed ({exc})"
-    if blob is not None:
-        try:
-            frame = codec.decode(blob)
-        except AotuiError as exc:
-            return None, f"its data cannot be decoded ({exc.message})"
-        if not isinstance(frame, AppState):
-            return None, f"its data is a {frame.KIND} frame, not app state"
-        entry.data = frame.data
-    return entry, ""
-
-
-def _peek_manifest_id(entry_text: Any) -> str | None:
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        value = json.loads(entry_text).get("manifest_id")
-        return value if isinstance(value, str) else None
-    return None
-
-
-def _app_number(app: Any) -> int | None:
-    text = str(app)
-    return int(text[4:]) if text.startswith("app_") and text[4:].isdigit() else None
-
-
-def _meta_rows(state: DesktopState) -> dict[str, str]:
-    return {
-        "state_version": str(VERSION),
-        "id": state.id,
-        "created": repr(state.created),
-        "last_used": repr(time.time()),
-        "next_app": str(state.next_app),
-    }
-
-
-def _app_row(position: int, entry: AppEntry) -> tuple[str, int, str, bytes | None, str]:
-    fields = asdict(entry)
-    data = fields.pop("data")
-    blob = None if data is None else codec.encode(AppState(request_id=0, data=data))
-    text = json.dumps(fields)
-    return (entry.app, position, text, blob, row_checksum(text, blob))
-
-
 def _write_app(db: sqlite3.Connection, position: int, entry: AppEntry) -> None:
     """Write ``entry``'s row whole; keyed data too large for one frame goes in as its parts."""
-    parts: dict[str, Any] = {}
-    try:
-        row = _app_row(position, entry)
-    except AotuiError:
-        if not isinstance(entry.data, dict):
-            raise
-        # Keyed data is acknowledged part by part and may outgrow a frame: the row keeps none
-        # of it and each part is a row of its own (each within a frame, as its ack was).
-        row = _app_row(position, replace(entry, data={}))
-        parts = entry.data
+    row, parts = app_rows(position, entry)
     db.execute("INSERT OR REPLACE INTO apps VALUES (?, ?, ?, ?, ?)", row)
     # The row holds the whole data now (or the parts below do): older parts are in it.
     db.execute("DELETE FROM app_parts WHERE app = ?", (entry.app,))
-    db.executemany(
-        "INSERT OR REPLACE INTO app_parts VALUES (?, ?, ?, ?)",
-        [_part_row(entry.app, part, value) for part, value in parts.items()],
-    )
+    db.executemany("INSERT OR REPLACE INTO app_parts VALUES (?, ?, ?, ?)", parts)
 
 
-# A part written as gone (``None``) is stored as NULL data; its checksum still covers the row.
-def _part_row(app: str, part: str, value: Any) -> tuple[str, str, bytes | None, str]:
-    blob = None if value is None else codec.encode(AppState(request_id=0, data=value))
-    return (app, part, blob, row_checksum(f"{app}\x00{part}", blob))
-
-
-def _group_parts(rows: list[Any]) -> dict[str, list[tuple[Any, Any, Any]]]:
-    grouped: dict[str, list[tuple[Any, Any, Any]]] = {}
-    for app, part, data, checksum in rows:
-        grouped.setdefault(str(app), []).append((part, data, checksum))
-    return grouped
-
-
-def _apply_parts(entry: AppEntry, rows: list[tuple[Any, Any, Any]]) -> str:
-    """Lay the stored parts over ``entry.data``; what is wrong with them (``""``: nothing)."""
-    data = {} if entry.data is None else entry.data
-    if not isinstance(data, dict):
-        return "it has stored parts but its data is not keyed"
-    for part, raw, checksum in rows:
-        blob = None if raw is None else bytes(raw)
-        if not isinstance(part, str) or checksum != row_checksum(f"{entry.app}\x00{part}", blob):
-            return f"its part {part!r:.60} does not match its checksum (damaged on disk)"
-        if blob is None:
-            data.pop(part, None)
-            continue
-        try:
-            frame = codec.decode(blob)
-        except AotuiError as exc:
-            return f"its part {part!r:.60} cannot be decoded ({exc.message})"
-        if not isinstance(frame, AppState):
-            return f"its part {part!r:.60} is a {frame.KIND} frame, not app state"
-        data[part] = frame.data
-    entry.data = data
-    return ""
+def _reply(frame: Any) -> Any:
+    """A recorded reply, as it was recorded."""
+    decoded = codec.decode(bytes(frame))
+    assert isinstance(decoded, AppState)
+    return decoded.data
