@@ -194,6 +194,23 @@ def test_frame_layout() -> None:
     }
 
 
+def test_a_small_frame_is_packed_without_a_large_buffer() -> None:
+    # msgpack.packb took a 256 KiB buffer for every frame: past the supervisor's fixed mmap
+    # threshold (server/memory.py), an mmap, a page fault and a munmap for every ack.
+    message = Ack(1, [1])
+    encode(message)  # the kind's converter is built
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        encode(message)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 10
+    large = "x" * (3 << 20)  # the buffer grows to what a frame needs
+    assert decode(encode(Reply(1, large))) == Reply(1, large)
+
+
 def test_bytes_travel_as_bin_and_come_back_as_bytes() -> None:
     packed = encode(Reply(1, b"\x00\xff"))
     assert b"\xc4\x02\x00\xff" in packed
@@ -608,8 +625,14 @@ def test_foreign_exception_maps_to_our_code(
     def unpackb(*args: object, **kwargs: object) -> object:
         raise exc
 
+    class Packer:
+        def __init__(self, **options: object) -> None:
+            pass
+
+        pack = staticmethod(unpackb)
+
     monkeypatch.setattr(msgpack, "unpackb", unpackb)
-    monkeypatch.setattr(msgpack, "packb", unpackb)
+    monkeypatch.setattr(msgpack, "Packer", Packer)
     run = (lambda: decode(b"\xc0")) if code is ErrorCode.E_INVALID_CMD else lambda: encode(Ping(1))
     with pytest.raises(AotuiError) as caught:
         run()
