@@ -88,6 +88,8 @@ class PageHost:
         self._render_due = False
         self._last_change_render = 0.0
         self._console: tuple[int, int] = (0, 0)
+        #: Console lines over the rate not sent yet; reported once, a second after the first.
+        self._console_dropped = 0
 
     @property
     def pipe(self) -> Pipe:
@@ -184,10 +186,17 @@ class PageHost:
         sent = sent + 1 if sent_second == second else 1
         self._console = (second, sent)
         if sent > CONSOLE_LINES_PER_S:
+            if not self._console_dropped:
+                self.app.call_later(1.0, self._console_report)
+            self._console_dropped += 1
             return
         args = params.get("args") or []
         text = " ".join(str(a.get("value", a.get("description", ""))) for a in args[:8])
         self.app.log(f"console.{params.get('type', 'log')}: {text[:1000]}")
+
+    def _console_report(self) -> None:
+        dropped, self._console_dropped = self._console_dropped, 0
+        self.app.log(f"console: {dropped} line(s) dropped (over {CONSOLE_LINES_PER_S} a second)")
 
     # --- requests -----------------------------------------------------------------------------
 

@@ -409,13 +409,21 @@ def test_forged_strings_reach_the_agent_sanitized_and_console_floods_are_bounded
     tool = block[block.index("- [Forged Tool](operation:forged_tool)") :]
     assert "gnp.exe" in tool
     assert _clean(tool.removesuffix("</view>\n")) == []
-    # System Logs: a console flood of forged lines arrives bounded and sanitized.
+    # System Logs: a console flood of forged lines arrives bounded and sanitized…
     assert attack(desktop, "chatter", lines=2000) == "2000 lines"
     time.sleep(0.3)
     logs = system_logs(desktop)
     chatter = [line for line in logs.splitlines() if "console.log: chatter" in line]
     assert 1 <= len(chatter) <= 20, len(chatter)
     assert _clean("\n".join(chatter)) == []
+    # …and says how many it left out, a second later (the desktop's own count misses them).
+    deadline = time.monotonic() + 5
+    while not (said := re.search(r"console: (\d+) line\(s\) dropped", system_logs(desktop))):
+        assert time.monotonic() < deadline, "no report of the dropped console lines"
+        time.sleep(0.1)
+    # 10 a second leave the runtime (the flood may straddle two of its seconds); the desktop
+    # may drop one of those itself, and says so in its own words.
+    assert 1980 <= int(said.group(1)) <= 1990, said.group()
     assert len(logs) < 20_000
     assert row(desktop, "app_1")["restarts"] == 0
     assert row(desktop, "app_0")["restarts"] == 0
