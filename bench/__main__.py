@@ -19,6 +19,7 @@ MODULES = [
     "bench_scale",
     "bench_tokens",
     "bench_web",
+    "bench_browser",
 ]
 
 
