@@ -53,12 +53,12 @@ def bench_store_writes(url: str | None, n: int = 2000) -> dict[str, float]:
 
     figures: dict[str, float] = {}
     entry = AppEntry("app_0", "com.bench", "/nowhere", "running", ["root"], [], {}, {"n": 0})
-    header = DesktopState("bench", 1.0, 1.0, 1, [])
+    header = DesktopState("bench-writes", 1.0, 1.0, 1, [])
     with tempfile.TemporaryDirectory(prefix="aotui-store-") as tmp:
         for kind, location in (("sqlite", ""), ("postgresql", url)):
             if location is None:
                 continue
-            store = open_store(location, "bench", Path(tmp) / "bench.db")
+            store = open_store(location, "bench-writes", Path(tmp) / "bench.db")
             try:
                 samples = []
                 for i in range(n):
