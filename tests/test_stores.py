@@ -191,3 +191,23 @@ def test_a_desktop_on_postgresql_keeps_every_acknowledged_effect_through_kill_9(
     assert not list(private_home.rglob("*.db")), "nothing was stored in SQLite"
     stored = database.sql("SELECT count(*) FROM apps WHERE {desktop}", desktop="pg")
     assert stored == [(1,)]
+
+
+def test_keyed_data_larger_than_a_frame_is_written_as_its_parts(
+    store_backend: StoreBackend,
+) -> None:
+    big = {"a": "x" * (3 << 20), "b": b"y" * (3 << 20), "c": 1}  # 6 MB: past one 4 MiB frame
+    store = store_backend.open()
+    store.save_desktop(desktop(entry("app_0", big), entry("app_1", 2)))
+    store.save_parts(desktop(), entry("app_0", big), {"c": None, "d": 4})
+    store.close()
+    store = store_backend.open()
+    loaded = store.load()
+    store.close()
+    assert loaded is not None
+    assert [(a.app, a.data) for a in loaded.apps] == [
+        ("app_0", {"a": big["a"], "b": big["b"], "d": 4}),
+        ("app_1", 2),
+    ]
+    # a, b and c as written whole, then c gone (kept as a row saying so) and d
+    assert store_backend.sql("SELECT count(*) FROM app_parts WHERE {desktop}") == [(4,)]

@@ -101,15 +101,23 @@ _SCHEMA = (
         PRIMARY KEY (desktop, id))""",
     "CREATE INDEX IF NOT EXISTS commands_at ON aotui.commands (desktop, at)",
 )
-_UPSERT_META = (
-    "INSERT INTO aotui.meta VALUES (%s, %s, %s) "
-    "ON CONFLICT (desktop, key) DO UPDATE SET value = EXCLUDED.value"
-)
-_UPSERT_APP = (
-    "INSERT INTO aotui.apps VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (desktop, app) DO UPDATE "
-    "SET position = EXCLUDED.position, entry = EXCLUDED.entry, data = EXCLUDED.data, "
-    "checksum = EXCLUDED.checksum"
-)
+#: A write's ``meta`` rows (keys, values) and app rows (one array per column) in one statement:
+#: the rows are upserted and the older parts of those apps deleted (their rows hold them now).
+_WRITE_APPS = """
+WITH me AS (SELECT %s::text AS name),
+meta AS (
+    INSERT INTO aotui.meta SELECT name, unnest(%s::text[]), unnest(%s::text[]) FROM me
+    ON CONFLICT (desktop, key) DO UPDATE SET value = EXCLUDED.value),
+rows AS (
+    SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::bytea[], %s::text[])
+    AS r(app, position, entry, data, checksum)),
+gone AS (
+    DELETE FROM aotui.app_parts AS p USING me
+    WHERE p.desktop = me.name AND p.app IN (SELECT app FROM rows))
+INSERT INTO aotui.apps SELECT me.name, rows.* FROM me, rows
+ON CONFLICT (desktop, app) DO UPDATE SET position = EXCLUDED.position, entry = EXCLUDED.entry,
+    data = EXCLUDED.data, checksum = EXCLUDED.checksum
+"""
 _UPSERT_PART = (
     "INSERT INTO aotui.app_parts VALUES (%s, %s, %s, %s, %s) "
     "ON CONFLICT (desktop, app, part) DO UPDATE SET data = EXCLUDED.data, "
@@ -290,7 +298,7 @@ class PostgresStore:
             try:
                 # One round trip for the statements that need no answer (a pipeline), and the
                 # commit's: ~3x fewer waits on the server than a statement at a time.
-                with self._conn.pipeline(), self._conn.transaction():
+                with self._conn.transaction():
                     if not self._ready:
                         self._prepare(self._conn)
                     yield self._conn
@@ -342,14 +350,12 @@ class PostgresStore:
         """Write the whole desktop in one transaction; quarantined rows stay as they are."""
         keep = [entry.app for entry in state.apps] + [q.app for q in self.quarantined]
         with self._transaction() as db:
-            self._write_meta(db, state)
             for table in ("apps", "app_parts"):
                 db.execute(
                     f"DELETE FROM aotui.{table} WHERE desktop = %s AND NOT app = ANY(%s)",
                     (self.desktop, keep),
                 )
-            for position, entry in enumerate(state.apps):
-                self._write_app(db, position, entry)
+            self._write_apps(db, state, list(enumerate(state.apps)))
 
     def save_apps(
         self,
@@ -366,9 +372,8 @@ class PostgresStore:
             earlier = self._record(db, command)
             if earlier is not None:
                 return earlier
-            self._write_meta(db, state)
-            for entry in entries:
-                self._write_app(db, positions.get(entry.app, len(positions)), entry)
+            placed = [(positions.get(entry.app, len(positions)), entry) for entry in entries]
+            self._write_apps(db, state, placed)
         return None
 
     def save_parts(
@@ -384,7 +389,7 @@ class PostgresStore:
             earlier = self._record(db, command)
             if earlier is not None:
                 return earlier
-            self._write_meta(db, state)
+            self._write_apps(db, state, [])
             known = db.execute(
                 "SELECT 1 FROM aotui.apps WHERE desktop = %s AND app = %s",
                 (self.desktop, entry.app),
@@ -395,7 +400,7 @@ class PostgresStore:
                         (i for i, e in enumerate(state.apps) if e.app == entry.app),
                         len(state.apps),
                     )
-                self._write_app(db, position, merged_parts(entry, changes))
+                self._write_apps(db, state, [(position, merged_parts(entry, changes))])
                 return None
             with db.cursor() as cursor:
                 cursor.executemany(
@@ -481,21 +486,20 @@ class PostgresStore:
             )
         return None
 
-    def _write_meta(self, db: psycopg.Connection[Any], state: DesktopState) -> None:
-        with db.cursor() as cursor:
-            cursor.executemany(
-                _UPSERT_META, [(self.desktop, k, v) for k, v in meta_rows(state).items()]
-            )
-
-    def _write_app(self, db: psycopg.Connection[Any], position: int, entry: AppEntry) -> None:
-        """``entry``'s row whole; keyed data too large for one frame goes in as its parts."""
-        row, parts = app_rows(position, entry)
-        db.execute(_UPSERT_APP, (self.desktop, *row))
-        # The row holds the whole data now (or the parts below do): older parts are in it.
-        db.execute(
-            "DELETE FROM aotui.app_parts WHERE desktop = %s AND app = %s",
-            (self.desktop, entry.app),
-        )
+    def _write_apps(
+        self, db: psycopg.Connection[Any], state: DesktopState, placed: list[tuple[int, AppEntry]]
+    ) -> None:
+        """The desktop's ``meta`` rows and each ``(position, entry)``'s row whole, in one
+        statement (one round trip to the server); the apps' older parts go, and keyed data too
+        large for one frame goes in as its parts."""
+        meta = meta_rows(state)
+        rows, parts = [], []
+        for position, entry in placed:
+            row, its_parts = app_rows(position, entry)
+            rows.append(row)
+            parts += its_parts
+        columns = [list(column) for column in zip(*rows, strict=True)] or [[]] * 5
+        db.execute(_WRITE_APPS, (self.desktop, list(meta), list(meta.values()), *columns))
         if parts:
             with db.cursor() as cursor:
                 cursor.executemany(_UPSERT_PART, [(self.desktop, *part) for part in parts])
