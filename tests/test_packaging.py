@@ -102,9 +102,21 @@ def _third_party_imports() -> set[str]:
     return {name for name in found if name not in stdlib and name not in {"aotui", "__future__"}}
 
 
+#: Imported only by runtime code that a configuration reaches, with the extra that installs it
+#: (``store = "postgresql://…"``: supervisor/store/postgres.py, imported by open_store).
+OPTIONAL = {"psycopg": "postgres"}
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=\[ ]", d)[0].lower() for d in requirements}
+
+
 def test_runtime_dependencies_are_what_runtime_code_imports() -> None:
-    declared = {re.split(r"[<>=\[ ]", d)[0].lower() for d in PYPROJECT["project"]["dependencies"]}
-    imported = _third_party_imports()
+    declared = _names(PYPROJECT["project"]["dependencies"])
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for name, extra in OPTIONAL.items():
+        assert name in _names(extras[extra]), f"the {extra!r} extra installs {name}"
+    imported = _third_party_imports() - set(OPTIONAL)
     unknown = imported - set(DISTRIBUTIONS)
     assert not unknown, f"runtime code imports {unknown}: add them to DISTRIBUTIONS and deps"
     assert declared == {DISTRIBUTIONS[name] for name in imported}

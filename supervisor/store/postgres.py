@@ -52,7 +52,7 @@ from aotui.supervisor.store.rows import (
     meta_rows,
     part_row,
 )
-from aotui.supervisor.store.state import VERSION, AppEntry, DesktopState
+from aotui.supervisor.store.state import AppEntry, DesktopState
 
 __all__ = [
     "MIGRATIONS",
@@ -220,10 +220,13 @@ class PostgresStore:
                 conn.execute("SET synchronous_commit = off")
             # A supervisor just gone (kill -9, a closed connection) holds the lock until the
             # server has ended its session, a few milliseconds later: wait that long for it.
+            # (Each success counts: a session lock taken twice is released by two unlocks.)
             deadline = time.monotonic() + LOCK_WAIT_S
-            while not self._try_lock(conn) and time.monotonic() < deadline:
+            taken = self._try_lock(conn)
+            while not taken and time.monotonic() < deadline:
                 time.sleep(0.02)
-            if not self._try_lock(conn):
+                taken = self._try_lock(conn)
+            if not taken:
                 holder = self._holder(conn)
                 conn.close()
                 raise ServerHeld(self.location, holder)
@@ -263,7 +266,7 @@ class PostgresStore:
             raise from_psycopg(self.location, exc, "read") from None
         if version is not None and version > SCHEMA_VERSION:
             raise ServerCorrupt(
-                self.location, f"schema {version} is newer than this aotui ({VERSION})"
+                self.location, f"schema {version} is newer than this aotui's ({SCHEMA_VERSION})"
             )
         #: Whether the tables exist (a new database has none until its first write).
         self._tables = version is not None
@@ -296,8 +299,6 @@ class PostgresStore:
                         self.location, "written", f"its connection was lost and {held.message}"
                     ) from None
             try:
-                # One round trip for the statements that need no answer (a pipeline), and the
-                # commit's: ~3x fewer waits on the server than a statement at a time.
                 with self._conn.transaction():
                     if not self._ready:
                         self._prepare(self._conn)
