@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.config import load_config
-from aotui.supervisor.interface.launch import DesktopLaunch
+from aotui.supervisor.interface.launch import AOTUI, DesktopLaunch
 from aotui.supervisor.store.base import Command, is_server_store
 from aotui.supervisor.store.faults import StoreIOError
 from aotui.supervisor.store.postgres import SCHEMA_VERSION, PostgresStore
@@ -177,6 +178,15 @@ def test_a_desktop_on_postgresql_keeps_every_acknowledged_effect_through_kill_9(
     store = client.status()["store"]
     assert store["state"] == "ok"
     assert store["path"].endswith("#pg")
+    # The same desktop from another machine's AOTUI_HOME and sockets: refused, naming the holder.
+    elsewhere = {**os.environ, "AOTUI_HOME": str(tmp_path / "other-home")}
+    up = ["up", "--desktop", "pg", "--socket", str(tmp_path / "other-run")]
+    second = subprocess.run(
+        [*AOTUI, *up, "--store", database.location],
+        capture_output=True, text=True, timeout=60, env=elsewhere, check=False,
+    )  # fmt: skip
+    assert second.returncode == 75, second.stderr
+    assert f"already served by aotui pg pid {desktop.process.pid}" in second.stderr
     os.kill(desktop.process.pid, signal.SIGKILL)
     desktop.process.wait(timeout=10)
 
