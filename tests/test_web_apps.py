@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
-from aotui.sandbox import browser
+from aotui.sandbox import browser, cgroups
 from aotui.supervisor.manifest import MIN_BROWSER_TASKS, load_manifest
 from tests.conftest import RunningDesktop, wait_for
 from tests.rpc_peer import RpcPeer
@@ -304,6 +304,11 @@ def test_a_web_app_runs_with_the_web_limits(start_desktop: Start) -> None:
         files = next(line for line in limits if line.startswith("Max open files"))
     assert files.split()[3] == "1024", files
     assert process.children(recursive=True), "the browser runs inside the worker's tree"
+    if os.geteuid() == 0:  # held to its CPU share (a core) from the start, not twice it
+        directory = cgroups.cpu_cgroup(process.pid)
+        assert directory is not None
+        with open(os.path.join(directory, "cpu.cfs_quota_us")) as quota:
+            assert int(quota.read()) == cgroups.CPU_PERIOD_US
 
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "web-apps.md"
