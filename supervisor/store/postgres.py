@@ -44,7 +44,9 @@ from aotui.protocol.messages import AppState
 from aotui.supervisor.store.base import REPLY_KEEP_S, SNAPSHOT_ID_BLOCK, Command
 from aotui.supervisor.store.faults import StoreCorrupt, StoreHealth, StoreHeld, StoreIOError
 from aotui.supervisor.store.rows import (
+    AppRow,
     Malformed,
+    PartRow,
     Quarantined,
     app_rows,
     assemble,
@@ -107,7 +109,8 @@ _WRITE_APPS = """
 WITH me AS (SELECT %s::text AS name),
 meta AS (
     INSERT INTO aotui.meta SELECT name, unnest(%s::text[]), unnest(%s::text[]) FROM me
-    ON CONFLICT (desktop, key) DO UPDATE SET value = EXCLUDED.value),
+    ON CONFLICT (desktop, key) DO UPDATE SET value = EXCLUDED.value
+    WHERE aotui.meta.value IS DISTINCT FROM EXCLUDED.value),
 rows AS (
     SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::bytea[], %s::text[])
     AS r(app, position, entry, data, checksum)),
@@ -289,7 +292,9 @@ class PostgresStore:
                 conn.execute("UPDATE aotui.schema_version SET version = %s", (version,))
 
     @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+    def _transaction(self, single: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction around the block; ``single``: the block runs one statement, which
+        commits by itself (the connection is in autocommit) once the schema exists."""
         with self._lock:
             if self._conn.closed or self._conn.broken:
                 try:
@@ -299,10 +304,13 @@ class PostgresStore:
                         self.location, "written", f"its connection was lost and {held.message}"
                     ) from None
             try:
-                with self._conn.transaction():
-                    if not self._ready:
-                        self._prepare(self._conn)
+                if single and self._ready:
                     yield self._conn
+                else:
+                    with self._conn.transaction():
+                        if not self._ready:
+                            self._prepare(self._conn)
+                        yield self._conn
             except psycopg.Error as exc:
                 raise from_psycopg(self.location, exc, "written") from None
             self._tables = self._ready = True
@@ -356,7 +364,7 @@ class PostgresStore:
                     f"DELETE FROM aotui.{table} WHERE desktop = %s AND NOT app = ANY(%s)",
                     (self.desktop, keep),
                 )
-            self._write_apps(db, state, list(enumerate(state.apps)))
+            self._write_apps(db, state, _app_rows(list(enumerate(state.apps))))
 
     def save_apps(
         self,
@@ -369,12 +377,14 @@ class PostgresStore:
         :meth:`~supervisor.store.base.Store.save_apps`)."""
         if positions is None:
             positions = {entry.app: i for i, entry in enumerate(state.apps)}
-        with self._transaction() as db:
+        rows = _app_rows([(positions.get(e.app, len(positions)), e) for e in entries])
+        # The usual acknowledgement is one statement: it commits alone, with no BEGIN and no
+        # COMMIT to wait for (3 round trips to the server become 1).
+        with self._transaction(single=command is None and not rows[1]) as db:
             earlier = self._record(db, command)
             if earlier is not None:
                 return earlier
-            placed = [(positions.get(entry.app, len(positions)), entry) for entry in entries]
-            self._write_apps(db, state, placed)
+            self._write_apps(db, state, rows)
         return None
 
     def save_parts(
@@ -390,7 +400,7 @@ class PostgresStore:
             earlier = self._record(db, command)
             if earlier is not None:
                 return earlier
-            self._write_apps(db, state, [])
+            self._write_apps(db, state)
             known = db.execute(
                 "SELECT 1 FROM aotui.apps WHERE desktop = %s AND app = %s",
                 (self.desktop, entry.app),
@@ -401,7 +411,7 @@ class PostgresStore:
                         (i for i, e in enumerate(state.apps) if e.app == entry.app),
                         len(state.apps),
                     )
-                self._write_apps(db, state, [(position, merged_parts(entry, changes))])
+                self._write_apps(db, state, _app_rows([(position, merged_parts(entry, changes))]))
                 return None
             with db.cursor() as cursor:
                 cursor.executemany(
@@ -488,22 +498,32 @@ class PostgresStore:
         return None
 
     def _write_apps(
-        self, db: psycopg.Connection[Any], state: DesktopState, placed: list[tuple[int, AppEntry]]
+        self, db: psycopg.Connection[Any], state: DesktopState, rows: _Rows | None = None
     ) -> None:
-        """The desktop's ``meta`` rows and each ``(position, entry)``'s row whole, in one
-        statement (one round trip to the server); the apps' older parts go, and keyed data too
-        large for one frame goes in as its parts."""
+        """The desktop's ``meta`` rows and the apps' rows whole (:func:`_app_rows`) in one
+        statement, one round trip to the server (the apps' older parts go); then the parts of
+        keyed data too large for one frame."""
         meta = meta_rows(state)
-        rows, parts = [], []
-        for position, entry in placed:
-            row, its_parts = app_rows(position, entry)
-            rows.append(row)
-            parts += its_parts
-        columns = [list(column) for column in zip(*rows, strict=True)] or [[]] * 5
+        written, parts = rows or ([], [])
+        columns = [list(column) for column in zip(*written, strict=True)] or [[]] * 5
         db.execute(_WRITE_APPS, (self.desktop, list(meta), list(meta.values()), *columns))
         if parts:
             with db.cursor() as cursor:
                 cursor.executemany(_UPSERT_PART, [(self.desktop, *part) for part in parts])
+
+
+#: App rows, and the part rows written with them (keyed data too large for one frame).
+_Rows = tuple[list[AppRow], list[PartRow]]
+
+
+def _app_rows(placed: list[tuple[int, AppEntry]]) -> _Rows:
+    """Each ``(position, entry)`` as its row whole, and the parts written with them."""
+    rows, parts = [], []
+    for position, entry in placed:
+        row, its_parts = app_rows(position, entry)
+        rows.append(row)
+        parts += its_parts
+    return rows, parts
 
 
 def _reply(frame: Any) -> Any:
