@@ -36,9 +36,15 @@ Figures (medians and p50s of this run):
    the tab's diff (what the agent reads next); the peer's ``browser_type`` / ``browser_click``
    (whose answer carries the page's new snapshot).
 
-Vercel's ``agent-browser`` is not measured (it downloads its own Chrome on install; offline it
-does not run). Run: ``python bench/bench_browser.py [--quick]`` (``--quick``: 30 MiniWoB pages,
-2 TodoMVC frameworks, 2 documents).
+Beside them, where it is installed (npm ``agent-browser`` in ``.venv/agentb``, or on ``PATH``),
+Vercel's ``agent-browser`` CLI on the same Chromium: the tokens of ``open`` + ``snapshot`` (and
+of ``snapshot -i``, interactive elements only) and the time of the two commands, on every
+other MiniWoB page, the empty TodoMVC apps and the documents; its actions are not timed (each
+command is a process of its CLI).
+
+Run: ``python bench/bench_browser.py [--quick] [--verbose] [--dump DIR]`` (``--quick``: 30
+MiniWoB pages, 2 TodoMVC frameworks, 2 documents; ``--verbose``: every element missed;
+``--dump``: every observation, ours and the peer's, written to ``DIR``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -83,6 +90,8 @@ DOCUMENTS = (
     "library/typing.html",
 )
 QUICK_MINIWOB = 30
+#: agent-browser reads every n-th MiniWoB page (and every TodoMVC app and document).
+AGENT_BROWSER_EVERY = 2
 TODOS = ("buy milk", "walk the dog", "write code")
 #: Added to each MiniWoB task page: the same task on both sides, started, and never timing out.
 MINIWOB_START = (
@@ -305,6 +314,45 @@ class Peer:
         return peer_elements(self.last)
 
 
+class AgentBrowser:
+    """Vercel's ``agent-browser`` CLI (npm), one session of its own on the same Chromium; each
+    command is a process of its CLI talking to the session's daemon, as an agent runs it."""
+
+    def __init__(self, command: str, executable: str) -> None:
+        self.command = command
+        self.env = {
+            **os.environ,
+            "AGENT_BROWSER_SESSION": f"aotui-bench-{os.getpid()}",
+            "AGENT_BROWSER_EXECUTABLE_PATH": executable,
+        }
+        if os.geteuid() == 0:
+            self.env["AGENT_BROWSER_ARGS"] = "--no-sandbox"
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(
+            [self.command, *args], capture_output=True, text=True, env=self.env, timeout=60,
+            check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"agent-browser {args[0]}: {(done.stderr or done.stdout)[:300]}")
+        return done.stdout
+
+    def navigate(self, url: str) -> tuple[float, str]:
+        began = time.perf_counter()
+        opened = self.run("open", url)
+        shown = self.run("snapshot")
+        return (time.perf_counter() - began) * 1000, opened + shown
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            self.run("close")
+
+
+def _agent_browser_command() -> str | None:
+    found = ROOT / ".venv" / "agentb" / "node_modules" / ".bin" / "agent-browser"
+    return str(found) if found.is_file() else shutil.which("agent-browser")
+
+
 @dataclass
 class PeerElement:
     role: str
@@ -383,6 +431,9 @@ class Matched:
 
     covered: list[PeerElement] = field(default_factory=list)
     through_select: list[PeerElement] = field(default_factory=list)
+    #: Nameless elements around a control ours has a ref for (a ``tab`` or ``listitem`` around
+    #: its link): one click target to an agent, two refs to the peer.
+    wrappers: list[PeerElement] = field(default_factory=list)
     missing: list[PeerElement] = field(default_factory=list)
 
 
@@ -436,6 +487,12 @@ def match(theirs: list[PeerElement], ours: list[OurRef]) -> Matched:
                     result.covered.append(element)
             group = left
         result.missing += group
+    inner = [_norm(e.name) for e in result.covered if _norm(e.name)]
+    for element in list(result.missing):
+        content = _norm(element.content)
+        if element.actionable and not _norm(element.name) and content in inner:
+            result.missing.remove(element)
+            result.wrappers.append(element)
     return result
 
 
@@ -511,6 +568,12 @@ class Figures:
     peer_tokens: list[int] = field(default_factory=list)
     doc_rows: list[tuple[str, int, int, int, int, int, list[str]]] = field(default_factory=list)
     ours_nav: list[float] = field(default_factory=list)
+    ab_tokens: list[int] = field(default_factory=list)
+    ab_tokens_interactive: list[int] = field(default_factory=list)
+    ab_nav: list[float] = field(default_factory=list)
+    ab_doc_tokens: list[int] = field(default_factory=list)
+    #: The ours' observations (without operations) beside which agent-browser's were taken.
+    ab_ours_tokens: list[int] = field(default_factory=list)
     peer_nav: list[float] = field(default_factory=list)
     ours_act: list[float] = field(default_factory=list)
     ours_act_diff: list[float] = field(default_factory=list)
@@ -523,8 +586,11 @@ class Figures:
     peer_reply_tokens: list[int] = field(default_factory=list)
     ours_diff_tokens: list[int] = field(default_factory=list)
     lost: list[tuple[str, str, str]] = field(default_factory=list)
+    #: Where each observation is written (ours and the peer's), if anywhere (--dump).
+    dump: Path | None = None
     covered: int = 0
     through_select: int = 0
+    wrappers: int = 0
     referenced: int = 0
     covered_actionable: int = 0
     actionable: int = 0
@@ -534,6 +600,10 @@ class Figures:
 
 
 def _observe(name: str, ours_text: str, peer_text: str, encoder: Any, figures: Figures) -> None:
+    if figures.dump is not None:
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+        (figures.dump / f"{stem}.ours.md").write_text(ours_text)
+        (figures.dump / f"{stem}.peer.yml").write_text(peer_text)
     mine, bare = len(encoder.encode(ours_text)), len(encoder.encode(without_operations(ours_text)))
     theirs = len(encoder.encode(peer_text))
     figures.ours_tokens.append(mine)
@@ -543,9 +613,30 @@ def _observe(name: str, ours_text: str, peer_text: str, encoder: Any, figures: F
         figures.larger.append((name, bare, theirs))
 
 
-async def _miniwob(ours: Ours, peer: Peer, base: str, pages: list[str], encoder: Any,
-                   figures: Figures) -> None:  # fmt: skip
-    for task in pages:
+def _agent_browser(ab: AgentBrowser | None, url: str, ours_text: str, encoder: Any,
+                   figures: Figures, document: bool = False) -> None:  # fmt: skip
+    """agent-browser's first observation of the page: ``open`` + ``snapshot`` (timed), and its
+    ``snapshot -i`` (interactive elements only) beside it."""
+    if ab is None:
+        return
+    try:
+        took, text = ab.navigate(url)
+        interactive = ab.run("snapshot", "-i")
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        figures.failures.append(f"agent-browser {url}: {exc}"[:400])
+        return
+    if document:
+        figures.ab_doc_tokens.append(len(encoder.encode(text)))
+        return
+    figures.ab_nav.append(took)
+    figures.ab_tokens.append(len(encoder.encode(text)))
+    figures.ab_tokens_interactive.append(len(encoder.encode(interactive)))
+    figures.ab_ours_tokens.append(len(encoder.encode(without_operations(ours_text))))
+
+
+async def _miniwob(ours: Ours, peer: Peer, ab: AgentBrowser | None, base: str, pages: list[str],
+                   encoder: Any, figures: Figures) -> None:  # fmt: skip
+    for at, task in enumerate(pages):
         url = f"{base}/miniwob/miniwob/{task}.html"
         try:
             took, text = ours.navigate(url)
@@ -557,10 +648,13 @@ async def _miniwob(ours: Ours, peer: Peer, base: str, pages: list[str], encoder:
         figures.ours_nav_exec.append(ours.navigated)
         figures.peer_nav.append(peer_took)
         _observe(f"miniwob {task}", text, peer_text, encoder, figures)
+        if at % AGENT_BROWSER_EVERY == 0:  # a CLI process per command: ~1.2 s a page
+            _agent_browser(ab, url, text, encoder, figures)
         theirs = peer.elements()
         matched = match(theirs, ours.refs())
         missing = matched.missing
         figures.through_select += len(matched.through_select)
+        figures.wrappers += len(matched.wrappers)
         figures.referenced += len(theirs)
         figures.covered += len(matched.covered)
         acting = [e for e in theirs if e.actionable]
@@ -642,8 +736,9 @@ async def _floor(ours: Ours, figures: Figures, rounds: int = 15) -> None:
         figures.ours_floor.append((time.perf_counter() - began) * 1000)
 
 
-async def _todomvc(ours: Ours, peer: Peer, base: str, frameworks: tuple[str, ...],
-                   encoder: Any, figures: Figures) -> None:  # fmt: skip
+async def _todomvc(ours: Ours, peer: Peer, ab: AgentBrowser | None, base: str,
+                   frameworks: tuple[str, ...], encoder: Any,
+                   figures: Figures) -> None:  # fmt: skip
     for framework in frameworks:
         url = f"{base}/todomvc/{framework}/index.html"
         try:
@@ -652,6 +747,7 @@ async def _todomvc(ours: Ours, peer: Peer, base: str, frameworks: tuple[str, ...
             figures.ours_nav.append(took)
             figures.peer_nav.append(peer_took)
             _observe(f"todomvc {framework} (empty)", text, peer_text, encoder, figures)
+            _agent_browser(ab, url, text, encoder, figures)
             for todo in TODOS:
                 new = _our_ref(ours, "text")
                 await _timed_ours(ours, f"type --target {new} --text '{todo}' --submit",
@@ -683,8 +779,9 @@ async def _todomvc(ours: Ours, peer: Peer, base: str, frameworks: tuple[str, ...
             figures.failures.append(f"todomvc {framework}: {exc}"[:2000])
 
 
-async def _documents(ours: Ours, peer: Peer, base: str, documents: tuple[str, ...],
-                     encoder: Any, figures: Figures) -> None:  # fmt: skip
+async def _documents(ours: Ours, peer: Peer, ab: AgentBrowser | None, base: str,
+                     documents: tuple[str, ...], encoder: Any,
+                     figures: Figures) -> None:  # fmt: skip
     for document in documents:
         url = f"{base}/pydoc/{document}"
         try:
@@ -695,6 +792,7 @@ async def _documents(ours: Ours, peer: Peer, base: str, documents: tuple[str, ..
             continue
         figures.ours_nav.append(took)
         figures.peer_nav.append(peer_took)
+        _agent_browser(ab, url, text, encoder, figures, document=True)
         shown = await peer.call("browser_evaluate", function=_VISIBLE_HEADINGS)
         visible = _json_list(shown)
         theirs = [h for h in document_headings(PYDOC / document) if visible is None or h in visible]
@@ -756,6 +854,9 @@ async def _run(args: argparse.Namespace, encoder: Any, figures: Figures) -> dict
     if os.geteuid() == 0:  # Chromium refuses its sandbox as root
         peer_args.append("--no-sandbox")
     server = StdioServerParameters(command=command[0], args=[*command[1:], *peer_args], cwd=tmp)
+    ab_command = _agent_browser_command()
+    ab = AgentBrowser(ab_command, executable) if ab_command else None
+    info["agent_browser"] = ab.run("--version").strip() if ab is not None else ""
     ours = Ours(tmp)
     try:
         with _serve(site) as base:
@@ -766,13 +867,21 @@ async def _run(args: argparse.Namespace, encoder: Any, figures: Figures) -> dict
                 # Both browsers warm (the first navigation of each starts a renderer).
                 ours.navigate(f"{base}/miniwob/miniwob/click-button.html")
                 await peer.navigate(f"{base}/miniwob/miniwob/click-button.html")
+                if ab is not None:
+                    try:
+                        ab.navigate(f"{base}/miniwob/miniwob/click-button.html")
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                        figures.failures.append(f"agent-browser skipped: {exc}")
+                        ab = None
                 began = time.perf_counter()
-                await _miniwob(ours, peer, base, pages, encoder, figures)
+                await _miniwob(ours, peer, ab, base, pages, encoder, figures)
                 info["miniwob_s"] = time.perf_counter() - began
-                await _todomvc(ours, peer, base, frameworks, encoder, figures)
-                await _documents(ours, peer, base, documents, encoder, figures)
+                await _todomvc(ours, peer, ab, base, frameworks, encoder, figures)
+                await _documents(ours, peer, ab, base, documents, encoder, figures)
     finally:
         ours.close()
+        if ab is not None:
+            ab.close()
         shutil.rmtree(tmp, ignore_errors=True)
     info["pages"] = len(pages)
     info["frameworks"] = frameworks
@@ -783,12 +892,14 @@ def _median(values: list[float] | list[int]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
-def run(quick: bool = False, verbose: bool = False) -> dict[str, float]:
+def run(quick: bool = False, verbose: bool = False, dump: Path | None = None) -> dict[str, float]:
     """Measure and print the table; returns its figures."""
     import anyio
 
     encoder = _encoder()
-    figures = Figures()
+    figures = Figures(dump=dump)
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
     args = argparse.Namespace(quick=quick)
     began = time.perf_counter()
     try:
@@ -826,9 +937,10 @@ def run(quick: bool = False, verbose: bool = False) -> dict[str, float]:
     row("coverage, every element with a peer ref", coverage * 100, None, "100 %",
         coverage >= 1, " %")  # fmt: skip
     row("coverage, actionable elements", acting * 100, None, "100 %", acting >= 1, " %")
-    with_select = (figures.covered_actionable + figures.through_select) / max(1, figures.actionable)
-    row("coverage, actionable, options via their select", with_select * 100, None, "100 %",
-        with_select >= 1, " %")  # fmt: skip
+    reached = figures.covered_actionable + figures.through_select + figures.wrappers
+    with_select = reached / max(1, figures.actionable)
+    row("coverage, actionable, + options via their select, + wrappers", with_select * 100, None,
+        "100 %", with_select >= 1, " %")  # fmt: skip
     nav, peer_nav = _pct(figures.ours_nav, 0.5), _pct(figures.peer_nav, 0.5)
     row("navigate + first observation p50", nav, peer_nav, "≤ 0.5× peer",
         nav <= GOALS["navigate"] * peer_nav, " ms")  # fmt: skip
@@ -848,11 +960,26 @@ def run(quick: bool = False, verbose: bool = False) -> dict[str, float]:
         f"observations: {len(figures.ours_tokens)}; navigations: {len(figures.ours_nav)}; "
         f"actions: {len(figures.ours_act)} ours, {len(figures.peer_act)} peer's; peer refs on "
         f"MiniWoB: {figures.referenced}, {figures.actionable} actionable, "
-        f"{figures.through_select} options of a select; "
+        f"{figures.through_select} options of a select, {figures.wrappers} wrappers of a "
+        "control ours has; "
         f"action replies (tokens, median): ours' diff {_median(figures.ours_diff_tokens):.0f}, "
         f"the peer's {_median(figures.peer_reply_tokens):.0f}; p95 action ours "
         f"{_pct(figures.ours_act, 0.95):.1f} ms, peer {_pct(figures.peer_act, 0.95):.1f} ms"
     )
+    if figures.ab_tokens:
+        ab_tokens, ab_ours = _median(figures.ab_tokens), _median(figures.ab_ours_tokens)
+        print(
+            f"{info['agent_browser']} (CLI, same Chromium), on the same pages: first observation "
+            f"(open + snapshot) median {ab_tokens:,.0f} tokens (snapshot -i, interactive only: "
+            f"{_median(figures.ab_tokens_interactive):,.0f}), ours without operations "
+            f"{ab_ours:,.0f} = {ab_ours / ab_tokens:.2f}x; large documents "
+            f"{_median(figures.ab_doc_tokens):,.0f} tokens "
+            f"(ours {doc_bare / _median(figures.ab_doc_tokens):.2f}x); "
+            f"open + snapshot p50 {_pct(figures.ab_nav, 0.5):.1f} ms (two CLI processes; "
+            f"ours {nav / _pct(figures.ab_nav, 0.5):.2f}x)"
+        )
+    else:
+        print("agent-browser: not installed (npm install agent-browser), not measured")
     _details(figures, verbose)
     return {
         "browser_tokens_ratio": bare / peer_tokens,
@@ -920,8 +1047,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a smaller sample (~1 min)")
     parser.add_argument("--verbose", action="store_true", help="list every element missed")
+    parser.add_argument("--dump", type=Path, help="write every observation (ours, the peer's) here")
     args = parser.parse_args()
-    run(args.quick, args.verbose)
+    run(args.quick, args.verbose, args.dump)
     return 0
 
 
