@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -201,6 +202,26 @@ def test_a_desktop_on_postgresql_keeps_every_acknowledged_effect_through_kill_9(
     assert not list(private_home.rglob("*.db")), "nothing was stored in SQLite"
     stored = database.sql("SELECT count(*) FROM apps WHERE {desktop}", desktop="pg")
     assert stored == [(1,)]
+
+
+def test_batch_mode_on_postgresql_keeps_what_its_batch_time_wrote(
+    start_desktop: Start, database: StoreBackend
+) -> None:
+    # batch commits with synchronous_commit off, every durability_batch_ms (50 ms).
+    settings = {"durability": "batch", "store": database.location}
+    desktop = start_desktop(["echo"], name="pgb", **settings)
+    desktop.client.execute("<context>open --application app_0</context>")
+    count = 0
+    for _ in range(3):
+        count = desktop.client.execute(BUMP.format(app="app_0"))["results"][0]
+    time.sleep(1.0)
+    os.kill(desktop.process.pid, signal.SIGKILL)
+    desktop.process.wait(timeout=10)
+    again = start_desktop(["echo"], name="pgb", **settings)
+    assert again.client.execute(BUMP.format(app="app_0"))["results"][0] == count + 1
+    store = again.client.status()["store"]
+    assert (store["state"], store["path"][-4:]) == ("ok", "#pgb")
+    assert database.sql("SELECT count(*) FROM apps WHERE {desktop}", desktop="pgb") == [(1,)]
 
 
 def test_keyed_data_larger_than_a_frame_is_written_as_its_parts(
