@@ -84,9 +84,14 @@ def private_postgres() -> Iterator[PrivatePostgres]:
             owner = pwd.getpwnam("postgres")
         except KeyError:
             pytest.skip("running as root and there is no 'postgres' user to run the server as")
-    base = Path(tempfile.mkdtemp(prefix="aotui-pg-"))  # short: the socket path has 107 bytes
+    # Short: the socket's path (.s.PGSQL.5432 in it) must fit 107 bytes, whatever TMPDIR is.
+    short = len(tempfile.gettempdir()) <= 60
+    base = Path(tempfile.mkdtemp(prefix="aotui-pg-", dir=None if short else "/tmp"))
     env = {k: v for k, v in os.environ.items() if k != _TEST_TAG and not k.startswith("PG")}
-    run: dict[str, Any] = {"env": env, "check": True, "capture_output": True, "timeout": 60}
+    # Run from the server's own directory: the test's may be a 0700 one the server cannot enter.
+    run: dict[str, Any] = {
+        "env": env, "cwd": base, "check": True, "capture_output": True, "timeout": 60
+    }  # fmt: skip
     if owner is not None:
         os.chown(base, owner.pw_uid, owner.pw_gid)
         run |= {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
