@@ -20,6 +20,7 @@ MODULES = [
     "bench_tokens",
     "bench_web",
     "bench_browser",
+    "bench_miniwob",
 ]
 
 
