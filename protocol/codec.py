@@ -61,9 +61,9 @@ __all__ = ["MAX_FRAME_BYTES", "PROTOCOL_VERSION", "Codec", "decode", "encode", "
 MAX_FRAME_BYTES = 4 << 20
 
 #: The buffer a frame is packed into at first, grown as the frame needs. msgpack's own default
-#: is 256 KiB, allocated for every frame: past the supervisor's fixed mmap threshold
-#: (server/memory.py) each ack paid an mmap, a page fault and a munmap (5-20 µs in a packb
-#: that needs under 1 µs).
+#: is 256 KiB, allocated and freed for every frame: with the supervisor's allocator settings
+#: (server/memory.py) that took 5-20 µs of its CPU per frame (profiled), where packing a small
+#: frame needs under 1 µs.
 PACK_START_BYTES = 4 << 10
 
 #: The first element of every frame; a frame of another version is refused.
