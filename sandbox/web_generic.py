@@ -10,8 +10,8 @@ document and the element as the agent read it. An operation whose target is gone
 hidden, or of a document since replaced) is ``E_STALE_STATE`` naming it, never another element.
 
 Clicks, keys and text go in through CDP's ``Input`` domain, so the page sees trusted events.
-Each operation answers once the page has settled: no DOM change for two animation frames and
-:data:`QUIET_MS`, within the settle bound, else ``E_TIMEOUT`` saying the page kept changing.
+Each operation answers once the page has settled: no DOM change for two task turns and
+:data:`INPUT_QUIET_MS`, within the settle bound, else ``E_TIMEOUT`` saying the page kept changing.
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ from aotui.sandbox.sdk import OperationCall
 
 __all__ = ["KEYS", "OPERATIONS", "QUIET_MS", "GenericOperation", "GenericPage"]
 
-#: How long the DOM must stay unchanged (after two animation frames) for the page to be settled.
+#: How long the DOM must stay unchanged (after two task turns) for the page to be settled.
 QUIET_MS = 30
+#: The same after an input the runtime sent (a click, keys): what it caused is most often in
+#: the DOM within the event's own task; this catches what a page defers by a timer.
+INPUT_QUIET_MS = 12
 #: The name of the collection every control's ref belongs to: ``control:page[12]``.
 REF_NAME = "page"
 _WORLD = "aotui-generic"
@@ -302,7 +305,7 @@ class GenericPage:
     def _settle(self, what: str) -> None:
         timeout_ms = int(self.settle_timeout_s * 1000)
         settled = self._call(
-            f"__aotuiGeneric.settle({QUIET_MS}, {timeout_ms})",
+            f"__aotuiGeneric.settle({INPUT_QUIET_MS}, {timeout_ms})",
             await_promise=True,
             timeout_s=self.settle_timeout_s + self.call_timeout_s,
         )

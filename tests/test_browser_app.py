@@ -43,7 +43,7 @@ HOME = """<!doctype html><html><head><title>Home</title></head><body>
 <h1>Welcome</h1><p>Go to <a href="/two.html">page two</a>.</p>
 <input placeholder="Name" oninput="document.getElementById('echo').textContent = this.value">
 <p id="echo"></p>
-<button onclick="setTimeout(() => document.querySelector('h1').textContent = 'Clicked', 10)">
+<button onclick="setTimeout(() => document.querySelector('h1').textContent = 'Clicked', 5)">
 Press me</button></body></html>"""
 TWO = """<!doctype html><html><head><title>Two</title></head><body><h1>Second page</h1>
 <a href="#part">A hash link</a></body></html>"""
@@ -121,7 +121,7 @@ def test_navigate_read_click_type_and_go_back_and_forward(
     assert changed == {"url": f"{site}/index.html", "title": "Home"}
     view, page = tab(desktop, "Home")
     assert page.startswith(f"URL: {site}/index.html\n\n# Welcome\n")
-    # The click's change comes 10 ms later: the answer waits for the page to settle.
+    # The click's change comes 5 ms later: the answer waits for the page to settle.
     assert run(desktop, view, f"click --target {ref(page, 'Press me')}") is None
     view, page = tab(desktop, "Home")
     assert "# Clicked" in page

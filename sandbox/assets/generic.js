@@ -326,31 +326,28 @@
   }
 
   // Resolves once the DOM has not changed for two animation frames and a quiet window.
+  // Resolves true once no DOM change happened for two task turns and `quietMs`, false when
+  // `timeoutMs` passes first. Task turns, not animation frames: a page that is not drawn gets
+  // frames late, and a frame costs 16 ms where a turn costs a few microseconds.
   function settle(quietMs, timeoutMs) {
     return new Promise((resolve) => {
       const start = performance.now();
       let last = start;
-      let frames = 0;
-      const observer = new MutationObserver(() => { last = performance.now(); frames = 0; });
+      let quiet = 0;
+      const observer = new MutationObserver(() => { last = performance.now(); quiet = 0; });
       observer.observe(document, { subtree: true, childList: true, attributes: true,
         characterData: true });
+      const channel = new MessageChannel();
+      const done = (ok) => { observer.disconnect(); channel.port1.close(); resolve(ok); };
       const tick = () => {
         const now = performance.now();
-        frames++;
-        if (frames >= 2 && now - last >= quietMs) {
-          observer.disconnect();
-          resolve(true);
-        } else if (now - start >= timeoutMs) {
-          observer.disconnect();
-          resolve(false);
-        } else {
-          // rAF does not run in a page that is not drawn; a timer keeps the wait bounded.
-          let done = false;
-          const once = () => { if (!done) { done = true; tick(); } };
-          requestAnimationFrame(once);
-          setTimeout(once, Math.max(16, quietMs / 2));
-        }
+        quiet++;
+        if (quiet >= 2 && now - last >= quietMs) done(true);
+        else if (now - start >= timeoutMs) done(false);
+        else if (quiet >= 2) setTimeout(tick, Math.max(1, quietMs - (now - last)));
+        else channel.port2.postMessage(0);
       };
+      channel.port1.onmessage = tick;
       tick();
     });
   }
