@@ -13,7 +13,8 @@ Corpora, all offline:
   its random generator and starts the episode on load (the page otherwise shows only a START
   cover), so that both sides read the same generated task.
 - **TodoMVC** (npm ``todomvc@0.1.1``, the tarball ``make test`` leaves in ``.venv``): five
-  frameworks; two states each: empty, and after the task (add 3, complete 1, filter Active).
+  frameworks; two states each: empty, and after add 3, complete 1, filter Active. The task then
+  clears the completed todo and each side's page is checked (the two open todos, under All too).
 - **Large documents**: Debian ``python3-doc``'s biggest HTML pages.
 
 Figures (medians and p50s of this run):
@@ -24,17 +25,19 @@ Figures (medians and p50s of this run):
    does not need it again); the peer's is ``browser_snapshot``'s text (``browser_navigate``
    answers with a link to a file, not the snapshot). Over MiniWoB pages and TodoMVC states.
 2. **large documents**: the same, with the Browser's default budget (a long page folds what is
-   far from its viewport to its headings); and whether every heading the peer shows is one of
-   ours (matched by text).
+   far from its viewport to its headings); and whether every visible heading of the document
+   (``h1``-``h6`` the peer's browser finds visible) is a heading line of ours (matched by text).
 3. **coverage**: of the elements the peer gives a ref (``[ref=eN]``) on the MiniWoB pages, the
    share that have a ref in ours, matched by role and name (see :func:`match`); for all of them
-   and for the actionable ones only (an interactive role, or ``[cursor=pointer]``).
+   and for the actionable ones only (an interactive role, or ``[cursor=pointer]``); and the text
+   the peer shows that ours shows nowhere.
 4. **navigate + first observation**: ours ``navigate`` + ``snapshot`` of the tab; the peer's
    ``browser_navigate`` + ``browser_snapshot``.
 5. **an action + its reply**: on TodoMVC, type (with Enter), check and click; ours is the
    ``execute`` (its answer is what changed), and, beside it, the ``execute`` plus the pull of
    the tab's diff (what the agent reads next); the peer's ``browser_type`` / ``browser_click``
-   (whose answer carries the page's new snapshot).
+   (whose answer carries what changed of its snapshot), and beside it the action plus a whole
+   ``browser_snapshot``. Also: an operation that changes nothing, and navigate's execute alone.
 
 Beside them, where it is installed (npm ``agent-browser`` in ``.venv/agentb``, or on ``PATH``),
 Vercel's ``agent-browser`` CLI on the same Chromium: the tokens of ``open`` + ``snapshot`` (and
@@ -42,8 +45,8 @@ of ``snapshot -i``, interactive elements only) and the time of the two commands,
 other MiniWoB page, the empty TodoMVC apps and the documents; its actions are not timed (each
 command is a process of its CLI).
 
-Run: ``python bench/bench_browser.py [--quick] [--verbose] [--dump DIR]`` (``--quick``: 30
-MiniWoB pages, 2 TodoMVC frameworks, 2 documents; ``--verbose``: every element missed;
+Run: ``python bench/bench_browser.py [--quick] [--verbose] [--dump DIR]`` (~3 min; ``--quick``:
+30 MiniWoB pages, 2 TodoMVC frameworks, 2 documents; ``--verbose``: every element missed;
 ``--dump``: every observation, ours and the peer's, written to ``DIR``).
 """
 
@@ -591,6 +594,8 @@ class Figures:
     covered: int = 0
     through_select: int = 0
     wrappers: int = 0
+    #: The TodoMVC task's outcome by side: the frameworks it passed in (or "... FAILED").
+    todo_task: dict[str, list[str]] = field(default_factory=dict)
     referenced: int = 0
     covered_actionable: int = 0
     actionable: int = 0
@@ -686,13 +691,16 @@ def _our_item_box(ours: Ours, text: str) -> str:
     raise RuntimeError(f"no box by {text!r} in ours:\n{ours.last}")
 
 
-def _peer_ref(peer: Peer, roles: set[str], name: str = "", near: str = "") -> str:
+def _peer_ref(
+    peer: Peer, roles: set[str], name: str = "", near: str = "", prefix: bool = False
+) -> str:
     lines = peer.last.splitlines()
     for at, line in enumerate(lines):
         m = _PEER_LINE.match(line)
         if m is None or m["role"] not in roles:
             continue
-        if name and _norm((m["name"] or "").replace('\\"', '"')) != _norm(name):
+        found = _norm((m["name"] or "").replace('\\"', '"'))
+        if name and found != _norm(name) and not (prefix and found.startswith(_norm(name))):
             continue
         if near and not any(near in x for x in lines[max(0, at - 3) : at + 4]):
             continue
@@ -718,7 +726,8 @@ async def _timed_peer(peer: Peer, tool: str, figures: Figures, encoder: Any, **a
     began = time.perf_counter()
     reply = await peer.call(tool, **args)
     acted = time.perf_counter()
-    peer.last = reply if "```yaml" in reply else await peer.call("browser_snapshot")
+    # Its reply may carry a snapshot of what changed only: the next ref comes from a whole one.
+    peer.last = await peer.call("browser_snapshot")
     done = time.perf_counter()
     figures.peer_act.append((acted - began) * 1000)
     kind = "type" if tool == "browser_type" else "click"
@@ -775,8 +784,28 @@ async def _todomvc(ours: Ours, peer: Peer, ab: AgentBrowser | None, base: str,
             peer_text = await peer.call("browser_snapshot")
             _observe(f"todomvc {framework} (task done)", text, peer_text, encoder, figures)
             await _floor(ours, figures)
+            await _clear_completed(ours, peer, framework, figures, encoder)
         except _FAILURES as exc:
             figures.failures.append(f"todomvc {framework}: {exc}"[:2000])
+
+
+async def _clear_completed(ours: Ours, peer: Peer, framework: str, figures: Figures,
+                           encoder: Any) -> None:  # fmt: skip
+    """The task's last step, then whether each side shows what it should: the two open todos,
+    under All too, and no "walk the dog" nor "Clear completed"."""
+    clear = next(r.ref for r in ours.refs() if r.name.startswith("Clear completed"))
+    await _timed_ours(ours, f"click --target {clear}", figures, encoder)
+    target = _peer_ref(peer, {"button"}, name="Clear completed", prefix=True)
+    await _timed_peer(peer, "browser_click", figures, encoder, element="Clear", target=target)
+    ours.run(f"click --target {_our_ref(ours, 'click', 'All')}")
+    await peer.call("browser_click", element="All", target=_peer_ref(peer, {"link"}, name="All"))
+    for side, text in (("ours", ours.pull()), ("peer", await peer.call("browser_snapshot"))):
+        done = (
+            all(todo in text for todo in ("buy milk", "write code"))
+            and "walk the dog" not in text
+            and "Clear completed" not in text
+        )
+        figures.todo_task.setdefault(side, []).append(framework if done else f"{framework} FAILED")
 
 
 async def _documents(ours: Ours, peer: Peer, ab: AgentBrowser | None, base: str,
@@ -966,6 +995,12 @@ def run(quick: bool = False, verbose: bool = False, dump: Path | None = None) ->
         f"the peer's {_median(figures.peer_reply_tokens):.0f}; p95 action ours "
         f"{_pct(figures.ours_act, 0.95):.1f} ms, peer {_pct(figures.peer_act, 0.95):.1f} ms"
     )
+    for side, outcome in figures.todo_task.items():
+        passed = [f for f in outcome if not f.endswith("FAILED")]
+        print(
+            f"TodoMVC task (add 3, complete 1, filter Active, clear completed), {side}: passes "
+            f"in {len(passed)} of {len(outcome)} ({', '.join(outcome)})"
+        )
     if figures.ab_tokens:
         ab_tokens, ab_ours = _median(figures.ab_tokens), _median(figures.ab_ours_tokens)
         print(
@@ -1045,7 +1080,7 @@ def _details(figures: Figures, verbose: bool) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller sample (~1 min)")
+    parser.add_argument("--quick", action="store_true", help="a smaller sample (~1.5 min)")
     parser.add_argument("--verbose", action="store_true", help="list every element missed")
     parser.add_argument("--dump", type=Path, help="write every observation (ours, the peer's) here")
     args = parser.parse_args()
