@@ -107,6 +107,7 @@ class Agent:
         views = re.findall(r'<view id="(view_\d+)" name="([^"]*)">', shown)
         self.view = next(view for view, name in views if name != "Tabs")
         self.commands = 0
+        self.restarts = 0
         self.text = ""
 
     def close(self) -> None:
@@ -116,6 +117,19 @@ class Agent:
         self.commands += 1
         context = f'<context app_id="app_0" view_id="{self.view}">execute {command}</context>'
         return self.client.execute(context)["results"][0]
+
+    def recover(self, url: str) -> None:
+        """Load the task page again; open the Browser again first if it has failed."""
+        try:
+            self.run(f"navigate --url {url}")
+        except AotuiError as exc:
+            print(f"   the Browser failed ({exc.code}); opening it again")
+            self.restarts += 1
+            self.client.execute("<context>open --application app_0</context>")
+            shown = self.client.snapshot(include_instructions=False)
+            views = re.findall(r'<view id="(view_\d+)" name="([^"]*)">', shown)
+            self.view = next(view for view, name in views if name != "Tabs")
+            self.run(f"navigate --url {url}")
 
     def read(self) -> str:
         """The tab's page: its Markdown without the URL line and the operations list."""
@@ -154,6 +168,14 @@ class Agent:
 
     def instruction(self) -> str:
         return self.text.splitlines()[0] if self.text else ""
+
+    def read_until(self, found: Callable[[str], bool], tries: int = 8) -> bool:
+        """Read again (0.1 s apart) until ``found`` holds for the text: a page that animates."""
+        for _ in range(tries):
+            if found(self.read()):
+                return True
+            time.sleep(0.1)
+        return False
 
     def quoted(self) -> list[str]:
         return _QUOTED.findall(self.instruction())
@@ -284,11 +306,23 @@ def focus_text_2(agent: Agent) -> None:
     agent.run(f"click --target {agent.fields()[nth - 1]}")
 
 
+def _dismiss(agent: Agent) -> bool:
+    """A popup the page opens on a field's focus ("Exit to home page?"): its Cancel."""
+    agent.read()
+    if "Exit to home page?" not in agent.text:
+        return False
+    agent.click("Cancel")
+    agent.read()
+    return True
+
+
 def login_user(agent: Agent) -> None:
     user, password = agent.quoted()[:2]
     username, secret = agent.fields()[:2]
-    agent.type(username, user)
-    agent.type(secret, password)
+    for field, text in ((username, user), (secret, password)):
+        agent.type(field, text)
+        if _dismiss(agent):  # the popup disabled the form while it was shown: type again
+            agent.type(field, text)
     agent.read()
     button = next(label for label, _ in agent.refs() if label in ("Login", "OK", "Submit"))
     agent.click(button)
@@ -313,6 +347,7 @@ def enter_time(agent: Agent) -> None:
     when = re.search(r"Enter (.*) as the time", agent.instruction()).group(1)  # type: ignore[union-attr]
     hours, rest = when.split(":")
     minutes, half = rest.split(" ")
+    hours = hours.zfill(2)  # "1" then the minutes' "0" would make 10
     _type_and_submit_field(
         agent, agent.ref_like(r"\[input type=\"time\".*"), f"{hours}{minutes}{half[0]}"
     )
@@ -529,9 +564,14 @@ def choose_date(agent: Agent) -> None:
     date = re.search(r"Select (\S+) as the date", agent.instruction()).group(1)  # type: ignore[union-attr]
     month, day, year = (int(part) for part in date.split("/"))
     field = agent.fields()[0]
+    heading = re.compile(rf"^({_MONTHS.replace(' ', '|')}) (\d{{4}})$", re.M)
+    # The calendar opens on the field's focus; one left open by the last episode shows that
+    # episode's month: Escape closes it, Control+Home (the calendar's key) opens it afresh.
     agent.run(f"click --target {field}")
-    agent.read()
-    shown = re.search(rf"^({_MONTHS.replace(' ', '|')}) (\d{{4}})$", agent.text, re.M)
+    agent.run(f"press --key Escape --target {field}")
+    agent.run(f"press --key Control+Home --target {field}")
+    agent.read_until(lambda text: bool(heading.search(text)))
+    shown = heading.search(agent.text)
     if shown is None:
         raise Failed("no calendar month shown")
     months = (int(shown.group(2)) - year) * 12 + _MONTHS.split().index(shown.group(1)) + 1 - month
@@ -548,9 +588,11 @@ def choose_date(agent: Agent) -> None:
 def click_collapsible_2(agent: Agent) -> None:
     link = agent.quoted()[0]
     sections = [label for label, _ in agent.refs() if re.fullmatch(r"Section #\d+", label)]
-    for section in sections:
-        agent.click(section)
-        agent.read()
+    for section in ["", *sections]:  # the section open first
+        if section:
+            agent.click(section)
+            # The section opens with an animation: read again until its links show.
+            agent.read_until(lambda text: link in [label for label, _ in _REF.findall(text)], 4)
         if link in [label for label, _ in agent.refs()]:
             agent.click(link)
             return
@@ -575,7 +617,7 @@ def button_delay(agent: Agent) -> None:
 
 
 def terminal(agent: Agent) -> None:
-    extension = re.search(r"extension (\.\w+)", agent.instruction())
+    extension = re.search(r"extension (\.[\w.]+)", agent.instruction())
     field = agent.fields()[0]
     # The terminal reads key presses (keydown), not the field's text: one press a character.
     _keys(agent, field, "ls")
@@ -622,6 +664,130 @@ def social_media(agent: Agent) -> None:
     if found is None:
         raise Failed("no 'For the user' instruction")
     agent.click(found.group(2))
+
+
+_ORDINAL = r"(\d+)(?:st|nd|rd|th)"
+
+
+def read_table_2(agent: Agent) -> None:
+    for label, ref in re.findall(
+        r"^(.*): \[\[input[^\]]*\]\]\(control:(page\[\d+\])\)", agent.text, re.M
+    ):
+        row = re.search(rf"^\| {re.escape(label)} \| (.*?) \|$", agent.text, re.M)
+        if row is None:
+            raise Failed(f"no table row {label!r}")
+        agent.type(ref, row.group(1))
+    agent.click("Submit")
+
+
+def form_sequence_2(agent: Agent) -> None:
+    found = re.search(
+        rf'Check the {_ORDINAL} radio button and enter the number "(.*)" '
+        rf"into the {_ORDINAL} textbox",
+        agent.instruction(),
+    )
+    if found is None:
+        raise Failed("no 'Check the … radio button' instruction")
+    radios = [ref for label, ref in agent.refs() if re.fullmatch(r"\([ x*]\)", label)]
+    agent.run(f"check --target {radios[int(found.group(1)) - 1]}")
+    agent.type(agent.fields()[int(found.group(3)) - 1], found.group(2))
+    agent.click("Submit")
+
+
+def form_sequence(agent: Agent) -> None:
+    found = re.search(
+        rf"Select (-?\d+) with the slider, click the {_ORDINAL} checkbox", agent.instruction()
+    )
+    shown = re.search(r"^\[button\]\(control:(page\[\d+\])\) (-?\d+)$", agent.text, re.M)
+    if found is None or shown is None:
+        raise Failed("no slider instruction or no slider handle with its value")
+    handle, steps = shown.group(1), int(found.group(1)) - int(shown.group(2))
+    # The slider's handle is a ref; its keys move it one step (no drag operation).
+    for _ in range(abs(steps)):
+        agent.run(f"press --key {'ArrowRight' if steps > 0 else 'ArrowLeft'} --target {handle}")
+    boxes = [ref for label, ref in agent.refs() if re.fullmatch(r"\[[ x]\]", label)]
+    agent.run(f"check --target {boxes[int(found.group(2)) - 1]}")
+    agent.click("Submit")
+
+
+def copy_paste_2(agent: Agent) -> None:
+    nth = re.search(rf"Copy the text from the {_ORDINAL} text area", agent.instruction())
+    if nth is None:
+        raise Failed("no 'Copy the text from the Nth text area' instruction")
+    _type_and_submit(agent, _textarea(agent, int(nth.group(1)) - 1))
+
+
+def generate_number(agent: Agent) -> None:
+    wanted = agent.instruction()
+    tests: dict[str, Callable[[int], bool]] = {
+        "less than": lambda n: n < int(re.search(r"less than (\d+)", wanted).group(1)),  # type: ignore[union-attr]
+        "greater than": lambda n: n > int(re.search(r"greater than (\d+)", wanted).group(1)),  # type: ignore[union-attr]
+        "odd": lambda n: n % 2 == 1,
+        "even": lambda n: n % 2 == 0,
+    }
+    test = next(check for words, check in tests.items() if words in wanted)
+    for _ in range(30):
+        agent.click("Generate")
+        agent.read()
+        number = re.search(r"^(-?\d+)$", agent.text, re.M)
+        if number and test(int(number.group(1))):
+            agent.click("Submit")
+            return
+    raise Failed("no number generated that fits")
+
+
+def buy_ticket(agent: Agent) -> None:
+    found = re.search(r"Buy the ticket with the (.*)\.", agent.instruction())
+    flights = re.findall(
+        r"Duration:\n(\d+)h (\d+)m\n\[Book for \$(\d+)\]\(control:(page\[\d+\])\)", agent.text
+    )
+    if found is None or not flights:
+        raise Failed("no flights with duration and price")
+    keys: dict[str, Callable[[tuple[str, ...]], int]] = {
+        "cheapest cost": lambda f: int(f[2]),
+        "most expensive cost": lambda f: -int(f[2]),
+        "shortest duration": lambda f: int(f[0]) * 60 + int(f[1]),
+        "longest duration": lambda f: -(int(f[0]) * 60 + int(f[1])),
+    }
+    best = min(flights, key=keys[found.group(1)])
+    agent.run(f"click --target {best[3]}")
+
+
+def multi_layouts(agent: Agent) -> None:
+    genre, director, year = re.findall(r"\*\*(.*?)\*\*", agent.instruction())
+    values = {"genre": genre, "director": director, "year": year, "date": year}
+    lines = agent.text.splitlines()[1:]
+    # Each field's label: on its line (a table row, "Label: [field]"), else the line above it,
+    # else (the fields come first, as in one of the layouts) the line below it.
+    fields = [i for i, line in enumerate(lines) if "[[input" in line]
+    above = bool(fields) and fields[0] > 0
+    for i in fields:
+        own = lines[i].split("[[input")[0]
+        label = own if own.strip(" |:") else lines[i - 1] if above else lines[i + 1]
+        key = next((k for k in values if k in label.lower()), None)
+        if key is None:
+            raise Failed(f"no label for the field on line {lines[i]!r}")
+        agent.type(_REF.search(lines[i]).group(2), values[key])  # type: ignore[union-attr]
+    submit = [ref for label, ref in agent.refs() if not label.startswith("[")]
+    agent.run(f"click --target {submit[-1]}")
+
+
+def sign_agreement(agent: Agent) -> None:
+    found = re.search(r'enter the name "(.*)" then press "(\w+)"', agent.instruction())
+    if found is None:
+        agent.click("Cancel")
+        return
+    area = agent.ref_like(r"\[textarea.*")
+    # The name field and the buttons are disabled until the textarea is scrolled to its end.
+    agent.run(f"scroll --direction bottom --target {area}")
+    agent.read()
+    agent.type(agent.ref_like(r"\[input.*"), found.group(1))
+    agent.click(found.group(2))
+
+
+def order_food(agent: Agent) -> None:
+    # Each dish's quantity has "-" and "+" controls: the Markdown shows them as text, no refs.
+    agent.click("+")
 
 
 SCRIPTS: dict[str, Callable[[Agent], None]] = {
@@ -679,6 +845,15 @@ SCRIPTS: dict[str, Callable[[Agent], None]] = {
     "terminal": terminal,
     "navigate-tree": navigate_tree,
     "social-media": social_media,
+    "read-table-2": read_table_2,
+    "form-sequence": form_sequence,
+    "form-sequence-2": form_sequence_2,
+    "copy-paste-2": copy_paste_2,
+    "generate-number": generate_number,
+    "buy-ticket": buy_ticket,
+    "multi-layouts": multi_layouts,
+    "sign-agreement": sign_agreement,
+    "order-food": order_food,
 }
 
 
@@ -694,19 +869,20 @@ def episode(agent: Agent, url: str, script: Callable[[Agent], None]) -> tuple[fl
     done = int(agent.line_value("Episodes done:") or 0)
     agent.click("START")
     agent.read()
-    why = ""
     try:
         script(agent)
-        agent.run(f"wait_for --text 'Episodes done: {done + 1}' --timeout_ms 3000")
     except (Failed, AotuiError, IndexError, AttributeError, ValueError, StopIteration) as exc:
-        why = f"{type(exc).__name__}: {exc}"
-        agent.run(f"navigate --url {url}")  # a new page: the episode left unfinished is dropped
-        return -1.0, why
-    agent.read()
+        agent.recover(url)  # a new page: the episode left unfinished is dropped
+        return -1.0, f"{type(exc).__name__}: {exc}"
+    # Read again until the page counts the episode (not wait_for: its E_TIMEOUT, when the
+    # episode never ends, gets the Browser restarted by the desktop; see the note).
+    if not agent.read_until(lambda text: f"Episodes done: {done + 1}\n" in text + "\n", 30):
+        agent.recover(url)
+        return -1.0, "the episode did not end (the page shows no new reward)"
     reward = agent.line_value("Last reward:")
     if reward is None or reward == "-":
         return -1.0, "no reward shown"
-    return float(reward), why
+    return float(reward), ""
 
 
 def run(args: argparse.Namespace | None = None) -> dict[str, float]:
@@ -758,7 +934,7 @@ def run(args: argparse.Namespace | None = None) -> dict[str, float]:
     print(
         f"task types with mean reward ≥ {GOAL_REWARD}: {len(solved)} of {len(tasks)} scripted "
         f"(goal ≥ {GOAL_TYPES}) {verdict}; {episodes} episodes each, {agent.commands} commands, "
-        f"{elapsed:.0f} s"
+        f"{elapsed:.0f} s, the Browser opened again {agent.restarts} times"
     )
     print("solved: " + ", ".join(solved))
     for task, mean, note in failed:
