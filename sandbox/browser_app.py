@@ -82,6 +82,8 @@ AWI_METHODS = (
     "set_viewport", "get_capabilities", "type_text", "wait_for_frame_quiescence",
     "wait_for_title_contains",
 )  # fmt: skip
+#: The AWI-TTY methods that may change what the tab shows (the others only read it).
+_AWI_MOVES = frozenset({"navigate", "send_key", "scroll", "set_viewport", "type_text"})
 #: AWI-TTY's version, as get_capabilities says it.
 AWI_VERSION = "0.0.3"
 #: A terminal cell of the text snapshot, in CSS px: 140 × 45 cells are a 1120 × 720 viewport.
@@ -587,9 +589,11 @@ class BrowserApp(App):
             self.new_tab(None)
         key = self.active if self.active in self.tabs else next(iter(self.tabs))
         tab = self.tabs[key]
-        tab.moves += 1
+        if method in _AWI_MOVES:  # the tab's view is rendered again only after these
+            tab.moves += 1
         result = getattr(self, f"_awi_{method}")(key, tab, given)
-        self._note_location(key, tab)
+        if method in _AWI_MOVES:
+            self._note_location(key, tab)
         return result
 
     def _awi_navigate(self, key: str, tab: Tab, params: dict[str, Any]) -> dict[str, Any]:

@@ -179,8 +179,11 @@
   // written again with the blocks far from the viewport (more than a viewport above it or two
   // below) folded to their headings, and a line saying so.
   function render(budget) {
-    const first = renderOnce(false);
-    if (!budget || first.body.length <= budget) return first;
+    // A page of many more elements than the budget has characters' worth is read folded at
+    // once: reading it whole first (to measure it) would cost what the folding saves.
+    const many = budget && document.getElementsByTagName("*").length > budget / 4;
+    const first = many ? null : renderOnce(false);
+    if (first && (!budget || first.body.length <= budget)) return first;
     const again = renderOnce(true);
     again.body = "<p>(A long page: what is far from the viewport shows only its headings; " +
       "scroll, or find --text, to read it.)</p>" + again.body;
@@ -515,12 +518,18 @@
           : el.value || el.placeholder || "";
       if (r.width * r.height > 0 && el.type !== "hidden") put(r.left, r.top, `[${shown}]`);
     };
+    // A box wholly above or below the viewport holds nothing to show (but for what is
+    // positioned out of it, which a terminal browser leaves out too): not walked.
+    const offscreen = (el) => {
+      const r = el.getBoundingClientRect();
+      return r.height > 0 && (r.bottom < 0 || r.top > innerHeight);
+    };
     const visit = (parent, depth) => {
       if (depth > MAX_DEPTH) return;
       for (const child of parent.childNodes) {
         if (child.nodeType === 3) {
           if (child.data.trim()) words(child);
-        } else if (child.nodeType === 1 && !SKIP.has(child.tagName) &&
+        } else if (child.nodeType === 1 && !SKIP.has(child.tagName) && !offscreen(child) &&
                    !hidden(child, getComputedStyle(child))) {
           if (["INPUT", "TEXTAREA", "SELECT"].includes(child.tagName)) control(child);
           else {
