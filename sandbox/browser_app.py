@@ -433,8 +433,10 @@ class BrowserApp(App):
         wanted = json.dumps([text if text is not None else gone, text is not None, until])
         met = tab.page.world(_WAIT % wanted, await_promise=True, timeout_s=until / 1000 + 2)
         if met is not True:
+            # An answer, not E_TIMEOUT: the desktop stops a worker whose request timed out,
+            # and this one answered in time (a wait that ended unmet).
             what = f"{text!r} to show" if text is not None else f"{gone!r} to go"
-            raise AotuiError(ErrorCode.E_TIMEOUT, f"waited {until} ms for {what}; it did not")
+            return {"met": False, "why": f"waited {until} ms for {what}; it did not"}
         tab.page.settle("wait_for", 0)
         return {"met": True}
 
@@ -561,9 +563,7 @@ class BrowserApp(App):
         }})"""
         if tab.generic.evaluate(expression, await_promise=True) is not True:
             state = "visible" if visible else "hidden"
-            raise AotuiError(
-                ErrorCode.E_TIMEOUT, f"waited {until} ms for {modal} to be {state}; it was not"
-            )
+            return {"met": False, "why": f"waited {until} ms for {modal} to be {state}; it was not"}
         return {"met": True}
 
     # --- seed 002: AWI-TTY ------------------------------------------------------------------------
@@ -707,8 +707,7 @@ class BrowserApp(App):
             await_promise=True,
             timeout_s=until / 1000 + 2,
         )
-        if met is not True:
-            raise AotuiError(
-                ErrorCode.E_TIMEOUT, f"the title did not contain {text!r} within {until} ms"
-            )
-        return {"ok": True, "title": tab.page.world("document.title")}
+        title = tab.page.world("document.title")
+        if met is not True:  # an answer in time, not E_TIMEOUT (see _wait_for)
+            return {"ok": False, "title": title, "why": f"not within {until} ms"}
+        return {"ok": True, "title": title}
