@@ -885,8 +885,11 @@ def episode(agent: Agent, url: str, script: Callable[[Agent], None]) -> tuple[fl
     return float(reward), ""
 
 
-def run(args: argparse.Namespace | None = None) -> dict[str, float]:
-    """Every scripted task type, ``--episodes`` episodes each; the figures."""
+def run(
+    args: argparse.Namespace | None = None, means: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Every scripted task type, ``--episodes`` episodes each; the figures (and each type's
+    mean reward into ``means``)."""
     if args is None:
         args = argparse.Namespace(quick=True, episodes=None, only="", verbose=False)
     episodes = args.episodes or (QUICK_EPISODES if args.quick else EPISODES)
@@ -919,6 +922,8 @@ def run(args: argparse.Namespace | None = None) -> dict[str, float]:
                     if why or reward < 0:
                         whys.append(why or f"reward {reward}")
                 mean = sum(rewards) / len(rewards)
+                if means is not None:
+                    means[task] = mean
                 note = "; ".join(sorted(set(whys)))[:150]
                 print(f"{task:<28} {len(rewards):>8} {mean:>6.2f} {min(rewards):>6.2f}  {note}")
                 if args.verbose and whys:
