@@ -67,9 +67,7 @@ def _write(directory: str, name: str, value: int | str) -> None:
         handle.write(str(value))
 
 
-def _limit(
-    controller: str, directory: str, limits: Mapping[str, int], backstop: int = CPU_BACKSTOP
-) -> None:
+def _limit(controller: str, directory: str, limits: Mapping[str, int]) -> None:
     if controller == "memory":
         limit = int(limits["memory_mb"] * 1024 * 1024 * MEMORY_BACKSTOP)
         _write(directory, "memory.limit_in_bytes", limit)
@@ -80,27 +78,18 @@ def _limit(
         _write(directory, "pids.max", limits["pids"])
     else:
         _write(directory, "cpu.cfs_period_us", CPU_PERIOD_US)
-        quota = max(1000, backstop * limits["cpu_percent"] * CPU_PERIOD_US // 100)
+        quota = max(1000, CPU_BACKSTOP * limits["cpu_percent"] * CPU_PERIOD_US // 100)
         _write(directory, "cpu.cfs_quota_us", quota)
 
 
-def join_cgroups(
-    app: str,
-    limits: Mapping[str, int],
-    root: str = CGROUP_ROOT,
-    *,
-    cpu_backstop: int = CPU_BACKSTOP,
-) -> None:
-    """Create this process's cgroups with ``limits`` and move into them; raises ``OSError``.
-
-    ``cpu_backstop``: the CFS quota is this many times the app's CPU share (a browser worker's
-    is 1: its processes could otherwise take a whole core for the watchdog's first window)."""
+def join_cgroups(app: str, limits: Mapping[str, int], root: str = CGROUP_ROOT) -> None:
+    """Create this process's cgroups with ``limits`` and move into them; raises ``OSError``."""
     pid = os.getpid()
     for controller, directory in cgroup_paths(app, pid, root).items():
         if not os.path.isdir(os.path.join(root, controller)):
             raise FileNotFoundError(errno.ENOENT, f"no cgroup v1 {controller} controller", root)
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        _limit(controller, directory, limits, cpu_backstop)
+        _limit(controller, directory, limits)
         _write(directory, "cgroup.procs", pid)
 
 

@@ -215,14 +215,7 @@ def apply_layers(policy: Policy, timings: dict[str, float] | None = None) -> Lay
     report.step("environment", ("minimal-env",), lambda: _minimal_environment(policy))
     report.step("core", ("no-core-dumps",), lambda: rlimits.lower(resource.RLIMIT_CORE, 0))
     if root:
-        # A browser worker is held to its CPU share from the start: Chromium's processes can take
-        # a core for the watchdog's whole first window (400 frames: neighbours' p99 3-4.5x).
-        backstop = 1 if policy.browser else cgroups.CPU_BACKSTOP
-        report.step(
-            "cgroup",
-            ("cgroup",),
-            lambda: cgroups.join_cgroups(policy.app, policy.limits, cpu_backstop=backstop),
-        )
+        report.step("cgroup", ("cgroup",), lambda: cgroups.join_cgroups(policy.app, policy.limits))
     else:
         report.failed["cgroup"] = "cgroup v1 directories are writable by root only"
     _identity(policy, report)

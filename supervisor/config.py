@@ -43,9 +43,8 @@ class Limits:
 
 
 #: Default limits of a web app (CONTRACT §10: a page in a headless browser), whose worker runs
-#: Chromium: about 8 processes and 60 threads for one page, 50–100 MB besides the worker; its
-#: CPU share is a core, held from the start (``sandbox/confine.py``).
-WEB_LIMITS = Limits(memory_mb=512, cpu_percent=100, pids=256, open_files=1024)
+#: Chromium: about 8 processes and 60 threads for one page, 50–100 MB besides the worker.
+WEB_LIMITS = Limits(memory_mb=512, pids=256, open_files=1024)
 
 
 class Durability(enum.StrEnum):

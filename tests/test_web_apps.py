@@ -304,7 +304,7 @@ def test_a_web_app_runs_with_the_web_limits(start_desktop: Start) -> None:
         files = next(line for line in limits if line.startswith("Max open files"))
     assert files.split()[3] == "1024", files
     assert process.children(recursive=True), "the browser runs inside the worker's tree"
-    if os.geteuid() == 0:  # held to its CPU share (a core) from the start, not twice it
+    if os.geteuid() == 0:  # its cgroup quota: twice its share (half a core), one core
         directory = cgroups.cpu_cgroup(process.pid)
         assert directory is not None
         with open(os.path.join(directory, "cpu.cfs_quota_us")) as quota:
