@@ -38,8 +38,12 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 CONTROLLERS = ("memory", "pids", "cpu")
 #: The directory under each controller that holds every worker's cgroup.
 PARENT = "aotui"
-#: CFS period; the quota is a share of it (more than 100 % means more than one core).
-CPU_PERIOD_US = 100_000
+#: CFS period; the quota is a share of it (more than 100 % means more than one core). Short: a
+#: group may spend a period's quota on every core at once and then wait, so with the kernel's
+#: default 100 ms a browser (many processes) ran on both cores for 50 ms at a time and its
+#: neighbours waited that long (bench_hostile W5: a neighbour's execute p99 5 -> 42-49 ms; with
+#: 10 ms, 7 -> 11 ms).
+CPU_PERIOD_US = 10_000
 #: The cgroup limits are backstops behind the supervisor's watchdog, which kills a worker over
 #: its ``memory_mb`` or ``cpu_percent`` and says why. Set exactly at the limit, the kernel would
 #: throttle a spinning worker to its share (so the watchdog never sees it over) and OOM-kill a

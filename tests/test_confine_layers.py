@@ -214,7 +214,7 @@ def test_cgroup_limits_and_cleanup() -> None:
     # Backstops above the watchdog's limits: memory + 10 %, twice the CPU share.
     assert seen["memory.limit_in_bytes"] == str(int((100 << 20) * cgroups.MEMORY_BACKSTOP))
     assert seen["pids.max"] == "20"
-    assert seen["cpu.cfs_quota_us"] == "50000"
+    assert seen["cpu.cfs_quota_us"] == str(cgroups.CPU_PERIOD_US // 2)  # 2 x 25 % of a period
     assert not any(os.path.exists(seen[c]) for c in cgroups.CONTROLLERS)
 
 
