@@ -930,6 +930,8 @@ class ExecuteParams(_Reader, _Peer, method="execute", result=ExecResult, mcp_too
 # --- AWI-TTY (seed 002): the Browser's active tab ----------------------------------------------
 
 _AWI = Face.CONTROL | Face.JSONRPC
+#: The AWI-TTY version this desktop speaks (seed 002's get_capabilities says it).
+AWI_VERSION = "0.0.3"
 
 
 class _Tab(_Reader, _Peer):

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from markupsafe import Markup
 
+from aotui.protocol.api import AWI_VERSION
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import sanitize
 from aotui.sandbox.cdp import CDPError
@@ -84,8 +85,6 @@ AWI_METHODS = (
 )  # fmt: skip
 #: The AWI-TTY methods that may change what the tab shows (the others only read it).
 _AWI_MOVES = frozenset({"navigate", "send_key", "scroll", "set_viewport", "type_text"})
-#: AWI-TTY's version, as get_capabilities says it.
-AWI_VERSION = "0.0.3"
 #: A terminal cell of the text snapshot, in CSS px: 140 × 45 cells are a 1120 × 720 viewport.
 CELL_PX = (8, 16)
 #: seed 002's key names → ours (``Char`` is the ``char`` given).

@@ -15,14 +15,12 @@ import json
 from typing import Any
 
 from aotui.protocol import api
+from aotui.protocol.api import AWI_VERSION
 from aotui.protocol.messages import Operation
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.server.process import Method, Supervisor
 
 __all__ = ["AWI_METHODS", "AWI_VERSION", "AwiTty"]
-
-#: The AWI-TTY version this desktop speaks (seed 002's get_capabilities says it).
-AWI_VERSION = "0.0.3"
 
 #: The declared AWI-TTY methods served here (``snapshot`` is the desktop's, with ``text``).
 AWI_METHODS = (
