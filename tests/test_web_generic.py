@@ -332,8 +332,19 @@ def test_the_operations_reach_the_page_as_trusted_events(
 def test_a_page_that_never_settles_is_a_timeout_naming_it(
     tmp_path: Path, chromium: browser.Browser
 ) -> None:
-    spin = "setInterval(() => document.body.dataset.n = Math.random(), 5)"
-    body = f'<button onclick="{spin}">Spin</button>'
+    # The page changes its DOM in every task turn (for 5 s), not on a timer: a 5 ms interval
+    # left a 12 ms quiet gap whenever a loaded machine ran the renderer late, and the page
+    # "settled". A posted message queues behind settle's own, so no two of its turns are quiet.
+    spin = """
+        function spin() {
+          const channel = new MessageChannel(), end = performance.now() + 5000;
+          channel.port1.onmessage = () => {
+            document.body.dataset.n = Math.random();
+            if (performance.now() < end) channel.port2.postMessage(0);
+          };
+          channel.port2.postMessage(0);
+        }"""
+    body = f'<script>{spin}</script><button onclick="spin()">Spin</button>'
     with served(page(tmp_path, body)) as base:
         agent = Agent(chromium, f"{base}/index.html")
         agent.page.settle_timeout_s = 0.5
