@@ -104,7 +104,7 @@ def _third_party_imports() -> set[str]:
 
 #: Imported only by runtime code that a configuration reaches, with the extra that installs it
 #: (``store = "postgresql://…"``: supervisor/store/postgres.py, imported by open_store).
-OPTIONAL = {"psycopg": "postgres"}
+OPTIONAL = {"psycopg": "postgres", "ray": "fleet"}
 
 
 def _names(requirements: list[str]) -> set[str]:
