@@ -77,7 +77,10 @@ _FIELDS = {
     "limits",
     "restart",
     "browser",
+    "view_in_flight",
 }
+#: The most ``view_in_flight`` may say (the desktop's own ``max_in_flight`` bounds it too).
+MAX_VIEW_IN_FLIGHT = 64
 _MIB = 1 << 20
 
 
@@ -165,6 +168,9 @@ class Manifest:
     #: A Python app that drives a headless browser itself (the Browser app): its worker gets
     #: the browser's confinement and the web limits, as a web app's does.
     browser: bool = False
+    #: At most this many operations of one view in flight at once, the rest answered
+    #: ``E_RATE_LIMITED`` (the Browser's 2 per tab, seed 004); 0: only the desktop's bound.
+    view_in_flight: int = 0
 
     @property
     def is_web(self) -> bool:
@@ -299,6 +305,7 @@ def load_manifest(
         limits=limits,
         app_dir=directory,
         browser=bool(raw.get("browser", False)),
+        view_in_flight=_view_in_flight(path, raw.get("view_in_flight", 0)),
     )
 
 
@@ -358,6 +365,18 @@ def _permissions(path: Path, value: Any) -> tuple[Permission, ...]:
 def _flag(path: Path, name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise _refuse(path, name, "must be true or false")
+    return value
+
+
+def _view_in_flight(path: Path, value: Any) -> int:
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole or not 0 <= value <= MAX_VIEW_IN_FLIGHT:
+        raise _refuse(
+            path,
+            "view_in_flight",
+            f"must be a whole number from 1 to {MAX_VIEW_IN_FLIGHT} (or 0, the default: no bound "
+            f"per view)",
+        )
     return value
 
 

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -399,3 +400,58 @@ def test_a_long_page_folds_what_is_far_from_the_viewport_and_find_reaches_it(
     _, page = tab(desktop, "Long")
     assert "Paragraph 100 says" in page  # find scrolled it into view
     assert "Paragraph 1 says" not in page
+
+
+def test_at_most_two_commands_are_in_flight_per_tab(
+    start_desktop: Start, tmp_path: Path, site: str
+) -> None:
+    # The desktop would take 4 at once (max_in_flight); the Browser's manifest says 2 per view,
+    # seed 004's bound per tab. A third on the same tab is refused untried; another tab's runs.
+    app = Path(shutil.copytree(BUNDLED_APPS_DIR / "browser", tmp_path / "browser"))
+    manifest = json.loads((app / "aoapp.json").read_text())
+    assert manifest["view_in_flight"] == 2
+    manifest["permissions"] = ["net:http:localhost"]
+    (app / "aoapp.json").write_text(json.dumps(manifest))
+    desktop = start_desktop([str(app)], allow_private_http=True, max_in_flight=4)
+    desktop.client.execute("<context>open --application app_0</context>")
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/index.html")
+    other = run(desktop, view, f"new_tab --url {site}/two.html")["tab"]
+    assert other == "tab:2"
+    listed = re.search(r"\[Two\]\(view:(view_\d+)\)", views(desktop)["Tabs"][1])
+    assert listed, views(desktop)["Tabs"]
+    desktop.client.execute(f'<context app_id="app_0">mount --view {listed.group(1)}</context>')
+    first, _ = tab(desktop, "Home")
+    second, _ = tab(desktop, "Two")
+    clients = [desktop.new_client(timeout_s=20) for _ in range(4)]
+    wait = "wait_for --text Never --timeout_ms 1500"
+    targets = [first, first, first, second]
+    commands = [wait, wait, "wait_for --text Welcome", "wait_for --text Second"]
+    answers: list[Any] = [None] * 4
+
+    def send(index: int) -> None:
+        context = (
+            f'<context app_id="app_0" view_id="{targets[index]}">execute {commands[index]}'
+            f"</context>"
+        )
+        try:
+            answers[index] = clients[index].execute(context)["results"][0]
+        except AotuiError as exc:
+            answers[index] = exc
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.15)  # in this order; the first wait holds the tab for 1.5 s
+    for thread in threads:
+        thread.join(30)
+    unmet = {"met": False, "why": "waited 1500 ms for 'Never' to show; it did not"}
+    assert answers[:2] == [unmet, unmet], answers
+    refused = answers[2]
+    assert isinstance(refused, AotuiError), answers
+    assert refused.code is ErrorCode.E_RATE_LIMITED
+    assert f"2 operations of {first} of app_0 (Browser) are already queued" in refused.message
+    assert refused.data["outcome"] == "not applied"
+    assert answers[3] == {"met": True}, answers
+    # Once they answered, the tab takes commands again.
+    assert run(desktop, first, "wait_for --text Welcome") == {"met": True}

@@ -76,6 +76,15 @@ def test_limits_that_are_not_positive_integers_are_refused(tmp_path: Path, value
     assert "must be a positive integer" in error.message
 
 
+@pytest.mark.parametrize("value", [True, 1.5, "2", -1, 65, 10**9, None])
+def test_view_in_flight_must_be_a_small_whole_number(tmp_path: Path, value: object) -> None:
+    error = _refused(_app(tmp_path, view_in_flight=value))
+    assert error.data["field"] == "view_in_flight"
+    assert "must be a whole number from 1 to 64" in error.message
+    assert load_manifest(_app(tmp_path, "two", view_in_flight=2)).view_in_flight == 2
+    assert load_manifest(_app(tmp_path, "none")).view_in_flight == 0
+
+
 def test_the_ceilings_follow_the_machine_and_the_config(tmp_path: Path) -> None:
     highest = LimitCeilings().on_this_machine()
     memory_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20

@@ -92,6 +92,8 @@ class Supervisor:
         self.started = time.monotonic()
         self.signal_wake = asyncio.Event()
         self.app_locks: dict[str, asyncio.Lock] = {}
+        #: Operations queued or running by (app_id, view_id), for a manifest's view_in_flight.
+        self.view_in_flight: dict[tuple[str, str], int] = {}
         self.processes: dict[int, psutil.Process] = {}
         #: Which snapshot each reader last pulled (refs resolve against it; CONTRACT §6).
         self.sessions = SessionTable()
@@ -517,9 +519,30 @@ class Supervisor:
         app = self.desktop.app(app_ref)
         starts = command.action in (Action.OPEN_APPLICATION, Action.CLOSE_APPLICATION)
         budget_ms = self.config.start_timeout_ms if starts else self.config.operation_timeout_ms
-        return await self._locked(
-            app, budget_ms, lambda deadline: self.desktop.run(command, refs, deadline)
-        )
+        bound, view = app.manifest.view_in_flight, command.view_id
+        if not bound or command.action is not Action.EXECUTE or view is None:
+            return await self._locked(
+                app, budget_ms, lambda deadline: self.desktop.run(command, refs, deadline)
+            )
+        where = (app.app_id, view)
+        running = self.view_in_flight.get(where, 0)
+        if running >= bound:
+            raise AotuiError(
+                ErrorCode.E_RATE_LIMITED,
+                f"{running} operations of {view} of {app.app_id} ({app.name}) are already queued "
+                f"or running (its manifest allows {bound} per view); this one did not run. Wait "
+                f"for their replies, then send it again.",
+                {"outcome": ReplyOutcome.NOT_APPLIED, "in_flight": running},
+            )
+        self.view_in_flight[where] = running + 1
+        try:
+            return await self._locked(
+                app, budget_ms, lambda deadline: self.desktop.run(command, refs, deadline)
+            )
+        finally:
+            left = self.view_in_flight.pop(where) - 1
+            if left:
+                self.view_in_flight[where] = left
 
     async def _locked(
         self, app: AppRecord, budget_ms: int, work: Callable[[float], Awaitable[Any]]
