@@ -432,6 +432,8 @@ def _in_plain_child(action: Callable[[], Any]) -> Any:
 
 
 def test_probe_reports_every_layer_quickly() -> None:
+    leftovers = Path(cgroups.CGROUP_ROOT, "pids", cgroups.PARENT)
+    before = set(leftovers.glob("aotui-probe-*"))
     start = time.monotonic()
     report = probe()
     assert time.monotonic() - start < 1.0
@@ -443,5 +445,12 @@ def test_probe_reports_every_layer_quickly() -> None:
     if ROOT:
         assert report["unprivileged_user"]["layers"]["userns"]["available"]
         assert not report["unprivileged_user"]["layers"]["cgroup"]["available"]
-    leftovers = Path(cgroups.CGROUP_ROOT, "pids", cgroups.PARENT)
-    assert not list(leftovers.glob("aotui-probe-*"))
+    # Its own probe's group is gone. Another suite's probe on this machine (CI runs root and
+    # unprivileged suites at once) may hold one for a moment: only one that stays is left over.
+    def left() -> set[Path]:
+        return set(leftovers.glob("aotui-probe-*")) - before
+
+    deadline = time.monotonic() + 3
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left()
