@@ -1,0 +1,361 @@
+"""The fleet's two kinds of Ray actor: a desktop, and the router that finds desktops by name.
+
+A :class:`DesktopActor` is a detached named actor (``aotui-desktop:NAME``, restarted without limit
+by Ray) that owns one supervisor on its node, started as ``aotui up`` starts one
+(:func:`~aotui.supervisor.interface.launch.launch_desktop`) with the fleet's config and its
+PostgreSQL store, so a restart on any node loads the state the last one acknowledged. Calls come
+in as ``(session, method, args)``: each session (one :class:`~aotui.supervisor.fleet.client.
+FleetDesktop`) has its own :class:`~aotui.supervisor.interface.client.Client`, so snapshot ids
+and the input lease stay per session as on one machine. A call carrying a command id goes
+through the registry's ``fleet_commands`` first: it runs at most once.
+
+Idle past ``idle_s``, the desktop hibernates: its supervisor stops (its state is in the store)
+and the actor waits; the next call starts it again. The supervisor dies with the actor's process
+(``PR_SET_PDEATHSIG``), so a node's loss leaves nothing holding the store.
+
+The :class:`Router` (``aotui-fleet-router``) holds the fleet's settings and creates desktop
+actors with ``get_if_exists``: Ray's named actors are unique, so two routers (or two clients)
+asking for the same name at once get the same actor and a name never runs twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import ray
+
+from aotui.protocol import api
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.fleet.registry import Registry
+from aotui.supervisor.interface.client import Client
+from aotui.supervisor.interface.launch import AOTUI, DesktopLaunch, LaunchedDesktop, launch_desktop
+
+__all__ = [
+    "DESKTOP_PREFIX",
+    "NAMESPACE",
+    "ROUTER",
+    "DesktopActor",
+    "FleetSettings",
+    "Router",
+    "decode_reply",
+    "encode_reply",
+]
+
+#: The Ray namespace every fleet actor lives in.
+NAMESPACE = "aotui"
+#: The router's actor name.
+ROUTER = "aotui-fleet-router"
+#: A desktop's actor name is this and its desktop name.
+DESKTOP_PREFIX = "aotui-desktop:"
+#: Methods of :class:`Client` that change the desktop: each call gets a command id.
+CHANGING = frozenset({"execute", "say", "install", "uninstall", "import_state"})
+#: Methods a session may call (the public ones of :class:`Client` that need no local socket).
+FORWARDED = frozenset(
+    {
+        "acquire", "call", "capabilities", "execute", "export_state", "import_state", "install",
+        "ping", "release", "request", "say", "snapshot", "status", "uninstall", "wait",
+    }
+)  # fmt: skip
+
+# The supervisor dies with the actor's process: a parent-death signal set before it execs (it
+# stays across exec). The actor's launcher thread lives as long as the actor (the signal fires
+# when the thread that forked the child ends).
+_GUARD = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
+    "os.getppid() == int(sys.argv[1]) or os._exit(70)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """What every desktop of a fleet shares (the router holds them)."""
+
+    #: The PostgreSQL store's URL (``postgresql://…``).
+    store: str
+    #: The desktops' config (TOML text); ``""``: the bundled default.
+    config: str = ""
+    #: Where desktops' runtime directories go on each node; ``""``: the temporary directory.
+    runtime_base: str = ""
+    #: Seconds without a call before a desktop hibernates; 0: never.
+    idle_s: float = 0.0
+    #: What Ray places each desktop by: CPUs and memory (bytes).
+    num_cpus: float = 0.1
+    memory: int = 256 << 20
+
+
+def encode_reply(value: Any) -> Any:
+    """A client's answer as JSON-able data (a declared result by its class name)."""
+    if isinstance(value, api.Result):
+        return {"result": type(value).__name__, "wire": value.wire()}
+    return {"value": value}
+
+
+def decode_reply(reply: Any) -> Any:
+    """The answer :func:`encode_reply` encoded; an error reply is raised."""
+    if "error" in reply:
+        code = ErrorCode.parse(reply["error"]) or ErrorCode.E_INTERNAL
+        raise AotuiError(code, reply["message"], reply.get("data") or {})
+    if "result" in reply:
+        kind = getattr(api, reply["result"])
+        return kind.from_wire(reply["wire"])
+    return reply["value"]
+
+
+def _error_reply(exc: AotuiError) -> dict[str, Any]:
+    return {"error": exc.code.value, "message": exc.message, "data": dict(exc.data)}
+
+
+class DesktopActor:
+    """One desktop of the fleet on its node (see the module's doc)."""
+
+    def __init__(self, name: str, settings: FleetSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.node = ray.get_runtime_context().get_node_id()
+        self.registry = Registry(settings.store)
+        self._lock = threading.RLock()
+        self._launcher = ThreadPoolExecutor(1, thread_name_prefix="aotui-launch")
+        self._sessions: dict[str, Client] = {}
+        self._desktop: LaunchedDesktop | None = None
+        self._runtime: Path | None = None
+        self.last_use = time.time()
+        row = self.registry.desktop(name)
+        if row is None or row.state != "hibernated":
+            self._start()  # a restart on another node: from the store at once
+        else:
+            self.registry.record(name, "hibernated", self.node, row.last_use)
+            self.last_use = row.last_use
+        if settings.idle_s > 0:
+            threading.Thread(target=self._watch_idle, name="aotui-idle", daemon=True).start()
+
+    # --- the supervisor -------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        base = self.settings.runtime_base or tempfile.gettempdir()
+        self._runtime = Path(tempfile.mkdtemp(prefix="aotui-fleet-", dir=base))
+        config = None
+        if self.settings.config:
+            config = self._runtime / "desktop.toml"
+            config.write_text(self.settings.config)
+        env = {**os.environ, "AOTUI_HOME": str(self._runtime / "home")}
+        launch = DesktopLaunch(
+            self.name,
+            config,
+            self._runtime / "run",
+            env=env,
+            log=self._runtime / "supervisor.out",
+            program=(sys.executable, "-c", _GUARD, str(os.getpid()), *AOTUI),
+            store=self.settings.store,
+        )
+        self._desktop = self._launcher.submit(launch_desktop, launch).result()
+        self.registry.record(self.name, "running", self.node)
+
+    def _stop(self) -> None:
+        for client in self._sessions.values():
+            client.close()
+        self._sessions.clear()
+        if self._desktop is not None:
+            self._desktop.stop()
+            self._desktop = None
+        if self._runtime is not None:
+            shutil.rmtree(self._runtime, ignore_errors=True)
+            self._runtime = None
+
+    def _watch_idle(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.settings.idle_s / 4))
+            with self._lock:
+                idle = time.time() - self.last_use
+                if self._desktop is not None and idle > self.settings.idle_s:
+                    self.hibernate()
+
+    # --- what the fleet calls -------------------------------------------------------------------
+
+    def call(
+        self,
+        session: str,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        command_id: str | None = None,
+    ) -> Any:
+        """Run ``Client.method(*args, **kwargs)`` on ``session``'s client; its answer encoded
+        (:func:`encode_reply`), an error too. With ``command_id``, at most once."""
+        if method not in FORWARDED:
+            return _error_reply(
+                AotuiError(ErrorCode.E_INVALID_CMD, f"a fleet desktop has no method {method!r}")
+            )
+        with self._lock:
+            self.last_use = time.time()
+            if command_id is not None:
+                earlier = self.registry.begin(self.name, command_id)
+                if earlier is not None:
+                    return self._earlier(command_id, *earlier)
+            try:
+                if self._desktop is None:
+                    self._start()  # resume a hibernated desktop
+                client = self._sessions.get(session)
+                if client is None:
+                    assert self._desktop is not None
+                    client = self._sessions[session] = self._desktop.client()
+                reply = encode_reply(getattr(client, method)(*args, **kwargs))
+            except AotuiError as exc:
+                reply = _error_reply(exc)
+            if command_id is not None:
+                self.registry.finish(self.name, command_id, reply)
+            return reply
+
+    def _earlier(self, command_id: str, state: str, reply: Any) -> Any:
+        if state == "done":
+            return reply
+        return _error_reply(
+            AotuiError(
+                ErrorCode.E_UNAVAILABLE,
+                f"command {command_id!r} was cut off on desktop {self.name!r} (its node or "
+                "process was lost while it ran): it may or may not have taken effect, and it "
+                "is not run again. Read a snapshot to see, then send a new command.",
+                {"took_effect": "unknown", "command_id": command_id},
+            )
+        )
+
+    def close_session(self, session: str) -> None:
+        with self._lock:
+            client = self._sessions.pop(session, None)
+            if client is not None:
+                client.close()
+
+    def hibernate(self) -> bool:
+        """Stop the supervisor (its state is in the store); ``False`` if it was not running."""
+        with self._lock:
+            if self._desktop is None:
+                return False
+            self._stop()
+            self.registry.record(self.name, "hibernated", self.node, self.last_use)
+            return True
+
+    def info(self) -> dict[str, Any]:
+        """Where it runs and what it holds: for ``aotui fleet status``."""
+        memory = 0
+        pid = None
+        if self._desktop is not None:
+            pid = self._desktop.pid
+            with contextlib.suppress(psutil.Error):
+                tree = psutil.Process(pid)
+                for process in [tree, *tree.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):
+                        memory += process.memory_info().rss
+        return {
+            "desktop": self.name,
+            "node": self.node,
+            "state": "running" if self._desktop is not None else "hibernated",
+            "memory": memory,
+            "last_use": self.last_use,
+            "pid": pid,
+            "actor_pid": os.getpid(),
+        }
+
+    def shutdown(self) -> None:
+        """Stop the supervisor for good (the actor is then killed by its caller)."""
+        with self._lock:
+            self._stop()
+
+
+class Router:
+    """The fleet's router: its settings, and desktop actors made or found by name."""
+
+    def __init__(self, settings: FleetSettings) -> None:
+        self.settings = settings
+        self.registry = Registry(settings.store)
+
+    def get_settings(self) -> dict[str, Any]:
+        return asdict(self.settings)
+
+    def desktop(self, name: str) -> Any:
+        """The actor of desktop ``name``, started if it is not running anywhere."""
+        return desktop_actor(name, self.settings)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every desktop the fleet knows: live ones as they say, the others as recorded."""
+        rows: list[dict[str, Any]] = []
+        for row in self.registry.desktops():
+            recorded: dict[str, Any] = {
+                "desktop": row.name, "node": row.node, "state": row.state, "memory": 0,
+                "last_use": row.last_use,
+            }  # fmt: skip
+            try:
+                actor = ray.get_actor(DESKTOP_PREFIX + row.name, namespace=NAMESPACE)
+                asked: Any = actor.info.remote()
+                rows.append(ray.get(asked, timeout=2.0))
+            except ValueError:  # no such actor: stopped
+                rows.append(recorded | {"state": "stopped"})
+            except (ray.exceptions.RayError, TimeoutError):
+                rows.append(recorded | {"state": "moving"})
+        return rows
+
+    def drain(self, node: str) -> list[str]:
+        """Move every desktop off ``node``: the node takes no new actors (Ray's drain), each
+        desktop there is stopped (its state stored) and its actor restarted elsewhere."""
+        from ray.core.generated import autoscaler_pb2
+
+        address = ray.get_runtime_context().gcs_address
+        # Ray's own drain (`ray drain-node`, a developer API): the node takes no new actors.
+        gcs = ray._raylet.GcsClient(address=address)  # type: ignore[attr-defined]
+        reason = autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
+            "DRAIN_NODE_REASON_PREEMPTION"
+        )
+        accepted, why = gcs.drain_node(
+            node, reason,
+            "aotui fleet drain", 0,
+        )  # fmt: skip
+        if not accepted:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, f"Ray refused to drain {node}: {why}")
+        moved: list[str] = []
+        for info in self.status():
+            if info["node"] != node or info["state"] != "running":
+                continue
+            actor = ray.get_actor(DESKTOP_PREFIX + info["desktop"], namespace=NAMESPACE)
+            ray.get(actor.shutdown.remote(), timeout=30)
+            ray.kill(actor, no_restart=False)  # Ray restarts it on a node that is not draining
+            moved.append(info["desktop"])
+        return moved
+
+
+def desktop_actor(name: str, settings: FleetSettings) -> Any:
+    """The detached named actor of desktop ``name``: the running one, or a new one."""
+    remote = ray.remote(DesktopActor)
+    return remote.options(
+        name=DESKTOP_PREFIX + name,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        max_restarts=-1,
+        max_task_retries=0,
+        num_cpus=settings.num_cpus,
+        memory=settings.memory,
+    ).remote(name, settings)
+
+
+def router_actor(settings: FleetSettings) -> Any:
+    """The fleet's router (started with ``settings`` if none runs yet)."""
+    remote = ray.remote(Router)
+    return remote.options(
+        name=ROUTER,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        max_restarts=-1,
+        num_cpus=0,
+    ).remote(settings)

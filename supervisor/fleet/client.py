@@ -1,0 +1,168 @@
+"""Reaching a fleet's desktops by name: :class:`FleetClient` and its :class:`FleetDesktop`.
+
+    fleet = FleetClient("ray://head:10001")   # or an address ray.init takes, or "auto"
+    desktop = fleet.desktop("topic-42")        # started, or resumed, wherever Ray places it
+    desktop.snapshot()
+    desktop.execute('<context>open --application app_2</context>')
+
+A :class:`FleetDesktop` has the typed methods of :class:`~aotui.supervisor.interface.client.
+Client` (the ones a remote desktop can serve): each is forwarded to the desktop's actor, which
+calls it on a ``Client`` of its own for this session. A call that changes the desktop carries a
+fresh command id; when the desktop's node is lost while it runs, the call is sent again with the
+same id once the actor answers on another node, and the fleet's ``fleet_commands`` rows make sure
+it runs at most once (a call that was cut off answers ``E_UNAVAILABLE`` with
+``took_effect: "unknown"``). Calls that only read are simply sent again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.fleet.actors import (
+    CHANGING,
+    DESKTOP_PREFIX,
+    FORWARDED,
+    NAMESPACE,
+    ROUTER,
+    decode_reply,
+)
+
+if TYPE_CHECKING:
+    from aotui.supervisor.interface.client import Client
+
+    _Typed = Client  # the checker sees Client's typed methods on a FleetDesktop
+else:
+    _Typed = object
+
+__all__ = ["FAILOVER_S", "FleetClient", "FleetDesktop", "connect"]
+
+#: How long a call keeps trying while the desktop's actor is restarting elsewhere.
+FAILOVER_S = 60.0
+#: Pause between two tries while it restarts.
+RETRY_S = 0.05
+
+
+def connect(address: str) -> None:
+    """Join the Ray cluster at ``address`` (once per process), in the fleet's namespace."""
+    if not ray.is_initialized():
+        ray.init(
+            address=address,
+            namespace=NAMESPACE,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+
+
+class FleetClient:
+    """A client of the fleet running on the Ray cluster at ``address``."""
+
+    def __init__(self, address: str = "auto") -> None:
+        connect(address)
+        try:
+            self.router = ray.get_actor(ROUTER, namespace=NAMESPACE)
+        except ValueError:
+            raise AotuiError(
+                ErrorCode.E_UNAVAILABLE,
+                f"no fleet runs on the Ray cluster at {address} (start one with "
+                f"`aotui fleet up --ray {address} --store postgresql://…`)",
+            ) from None
+
+    def desktop(self, name: str, failover_s: float = FAILOVER_S) -> FleetDesktop:
+        """Desktop ``name``: started on some node if it runs nowhere yet."""
+        return FleetDesktop(self, name, failover_s)
+
+    def actor(self, name: str) -> Any:
+        """Desktop ``name``'s actor: looked up by name, or made by the router."""
+        try:
+            return ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
+        except ValueError:
+            return ray.get(self.router.desktop.remote(name))
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every desktop: its node, state (running / hibernated / moving), memory, last use."""
+        rows: list[dict[str, Any]] = ray.get(self.router.status.remote())
+        return rows
+
+    def drain(self, node: str) -> list[str]:
+        """Move the desktops off ``node`` (a Ray node id); the names moved."""
+        moved: list[str] = ray.get(self.router.drain.remote(node))
+        return moved
+
+
+class FleetDesktop(_Typed):
+    """One desktop of the fleet, with :class:`Client`'s methods (see the module's doc)."""
+
+    def __init__(self, fleet: FleetClient, name: str, failover_s: float = FAILOVER_S) -> None:
+        self.fleet = fleet
+        self.name = name
+        self.failover_s = failover_s
+        #: This client's session on the desktop (its own snapshot id and lease).
+        self.session = uuid.uuid4().hex
+        self._actor: Any = None
+
+    def __getattr__(self, method: str) -> Any:
+        if method not in FORWARDED:
+            raise AttributeError(f"a fleet desktop has no method {method!r}")
+
+        def forwarded(*args: Any, **kwargs: Any) -> Any:
+            return self.invoke(method, args, kwargs)
+
+        forwarded.__name__ = method
+        return forwarded
+
+    def invoke(
+        self,
+        method: str,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        command_id: str | None = None,
+    ) -> Any:
+        """Call ``method`` on the desktop; see the module's doc for what a lost node does."""
+        if command_id is None and method in CHANGING:
+            command_id = uuid.uuid4().hex
+        deadline = time.monotonic() + self.failover_s
+        while True:
+            try:
+                if self._actor is None:
+                    self._actor = self.fleet.actor(self.name)
+                call = self._actor.call.remote(self.session, method, args, kwargs or {}, command_id)
+                reply = ray.get(call)
+            except ray.exceptions.RayError as exc:
+                self._actor = None  # its node was lost, or it is restarting: look it up again
+                if time.monotonic() > deadline:
+                    raise AotuiError(
+                        ErrorCode.E_UNAVAILABLE,
+                        f"desktop {self.name!r} did not answer again within "
+                        f"{self.failover_s:g} s ({type(exc).__name__}); "
+                        + (
+                            f"command {command_id!r} may have taken effect: retry it with "
+                            "the same command id"
+                            if command_id
+                            else "try again"
+                        ),
+                        {"took_effect": "unknown", "command_id": command_id},
+                    ) from None
+                time.sleep(RETRY_S)
+                continue
+            return decode_reply(reply)
+
+    def close(self) -> None:
+        """End this session on the desktop (its lease is released)."""
+        if self._actor is not None:
+            with contextlib.suppress(ray.exceptions.RayError):  # gone: so is the session
+                ray.get(self._actor.close_session.remote(self.session), timeout=10)
+            self._actor = None
+
+    def __enter__(self) -> FleetDesktop:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

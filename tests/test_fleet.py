@@ -1,0 +1,281 @@
+"""The fleet on a real Ray cluster (a head and two worker nodes on this machine,
+ray.cluster_utils) with its state in a private PostgreSQL server (tests/stores.py).
+
+Desktops are real supervisors with real workers, started by their actors; a node is removed the
+way a machine dies (its raylet and every process on it killed, no goodbye to the head).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from aotui.protocol.errors import AotuiError, ErrorCode
+from tests.stores import PrivatePostgres
+from tests.test_durability import BUMP
+
+ray = pytest.importorskip("ray", reason="the fleet's tests need Ray: pip install 'aotui[fleet]'")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip without Ray
+    DESKTOP_PREFIX,
+    NAMESPACE,
+    FleetSettings,
+    desktop_actor,
+    router_actor,
+)
+from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
+from aotui.supervisor.fleet.registry import Registry  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+ECHO = Path(__file__).parent / "apps" / "echo"
+OPEN = "<context>open --application app_0</context>"
+#: Each node's share of the machine, as Ray is told: small (2 cores shared with other work).
+NODE = {"num_cpus": 1, "object_store_memory": 80 << 20, "memory": 4 << 30}
+#: Ray notices a node that stopped answering after 3 missed health checks 0.3 s apart.
+HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3}
+
+
+@dataclass
+class Fleet:
+    cluster: Any
+    workers: list[Any]
+    settings: FleetSettings
+    client: FleetClient
+    registry: Registry
+
+    def node_of(self, name: str) -> str:
+        actor = ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
+        node: str = ray.get(actor.info.remote(), timeout=30)["node"]
+        return node
+
+    def info(self, name: str) -> dict[str, Any]:
+        actor = ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
+        info: dict[str, Any] = ray.get(actor.info.remote(), timeout=30)
+        return info
+
+
+def _ray_processes(temp_dir: str) -> list[psutil.Process]:
+    """Every process of the cluster whose session lives in ``temp_dir``."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(temp_dir in part for part in process.info["cmdline"] or []):
+                found.append(process)
+    return found
+
+
+@contextlib.contextmanager
+def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
+    """A head (no CPU: desktops go to the workers) and ``workers`` worker nodes; shut down with
+    every process it started, failed tests included."""
+    # Short: Ray's sockets go under it (107-byte socket paths).
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    head = {
+        "num_cpus": 0,
+        "include_dashboard": False,
+        "object_store_memory": 80 << 20,
+        "temp_dir": temp_dir,
+        "_system_config": HEALTH,
+    }
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
+    try:
+        nodes = [cluster.add_node(**NODE) for _ in range(workers)]
+        ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        yield cluster, nodes
+    finally:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        cluster.shutdown()
+        left = _ray_processes(temp_dir)
+        for process in left:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(left, timeout=5)
+        import shutil
+
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def fleet(postgres_server: PrivatePostgres) -> Iterator[Fleet]:
+    """One cluster and one fleet for this module's tests (each test its own desktop names)."""
+    url = postgres_server.create_database(f"fleet{os.getpid()}")
+    config = f"apps = [{str(ECHO)!r}]\ndurability = 'ack'\n".replace("'", '"')
+    with (
+        tempfile.TemporaryDirectory(prefix="fleet-", dir="/tmp") as runtime,
+        ray_cluster() as (cluster, workers),
+    ):
+        settings = FleetSettings(url, config, runtime, num_cpus=0.05, memory=64 << 20)
+        ray.get(router_actor(settings).get_settings.remote(), timeout=60)
+        registry = Registry(url)
+        try:
+            yield Fleet(cluster, workers, settings, FleetClient(cluster.address), registry)
+        finally:
+            registry.close()
+
+
+def _bump(desktop: FleetDesktop) -> int:
+    count: int = desktop.execute(BUMP.format(app="app_0"))["results"][0]
+    return count
+
+
+def test_a_desktop_answers_by_name_with_client_s_typed_methods(fleet: Fleet) -> None:
+    desktop = fleet.client.desktop("alpha")
+    assert desktop.ping()["desktop"] == "alpha"
+    desktop.execute(OPEN)
+    assert [_bump(desktop) for _ in range(3)] == [1, 2, 3]
+    text = desktop.snapshot()
+    assert "app_0" in text
+    status = desktop.status()
+    assert status["apps"][0]["app"] == "app_0"
+    with pytest.raises(AttributeError, match="no method 'signals'"):
+        desktop.signals  # noqa: B018 -- needs a local socket: not offered
+    # An error of the desktop comes back typed, as from a local Client.
+    with pytest.raises(AotuiError) as raised:
+        desktop.execute("<context>open --application app_99</context>")
+    assert raised.value.code is not ErrorCode.E_INTERNAL
+    # Another client, by name, reaches the same desktop and its state.
+    other = FleetClient(fleet.cluster.address).desktop("alpha")
+    assert _bump(other) == 4
+    rows = {row["desktop"]: row for row in fleet.client.status()}
+    assert rows["alpha"]["state"] == "running"
+    assert rows["alpha"]["node"] in {node.node_id for node in fleet.workers}
+    assert rows["alpha"]["memory"] > 0
+
+
+def test_a_name_never_runs_twice(fleet: Fleet) -> None:
+    """Routers and clients asking for one name at once all get the one actor."""
+    handles: list[Any] = []
+
+    def ask() -> None:
+        router = router_actor(fleet.settings)
+        handles.append(ray.get(router.desktop.remote("beta"), timeout=60))
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    handles.append(desktop_actor("beta", fleet.settings))
+    for thread in threads:
+        thread.join(60)
+    pids = {ray.get(handle.info.remote(), timeout=60)["pid"] for handle in handles}
+    assert len(handles) == 4
+    assert len(pids) == 1
+    supervisors = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and "beta" in p.info["cmdline"] and "up" in p.info["cmdline"]
+    ]
+    assert len(supervisors) == 1
+
+
+def test_a_command_retried_with_its_id_runs_at_most_once(fleet: Fleet) -> None:
+    desktop = fleet.client.desktop("gamma")
+    desktop.execute(OPEN)
+    bump = BUMP.format(app="app_0")
+    first = desktop.invoke("execute", (bump,), command_id="cmd-1")
+    again = desktop.invoke("execute", (bump,), command_id="cmd-1")
+    assert first["results"] == again["results"] == [1]
+    assert _bump(desktop) == 2  # the retry did not run
+    # A command cut off by a lost node is recorded pending: its retry is not run, and says so.
+    assert fleet.registry.begin("gamma", "cmd-2") is None
+    with pytest.raises(AotuiError) as raised:
+        desktop.invoke("execute", (bump,), command_id="cmd-2")
+    assert raised.value.code is ErrorCode.E_UNAVAILABLE
+    assert raised.value.data["took_effect"] == "unknown"
+    assert _bump(desktop) == 3
+
+
+def test_hibernate_kill_9_resume_keeps_the_state(fleet: Fleet) -> None:
+    """Idle, the desktop's processes stop (its state is rows); its actor is killed -9; the
+    next call resumes it, from PostgreSQL, wherever Ray restarted it."""
+    settings = replace(fleet.settings, idle_s=1.0)
+    desktop_actor("delta", settings)
+    desktop = fleet.client.desktop("delta")
+    desktop.execute(OPEN)
+    assert [_bump(desktop) for _ in range(2)] == [1, 2]
+    supervisor = fleet.info("delta")["pid"]
+    deadline = time.monotonic() + 20
+    while fleet.info("delta")["state"] != "hibernated":
+        assert time.monotonic() < deadline, "not hibernated 20 s after its last use"
+        time.sleep(0.2)
+    assert not psutil.pid_exists(supervisor)
+    row = fleet.registry.desktop("delta")
+    assert row is not None
+    assert row.state == "hibernated"
+    os.kill(fleet.info("delta")["actor_pid"], signal.SIGKILL)
+    started = time.monotonic()
+    text = desktop.snapshot()  # resumes it (the actor first restarts)
+    resumed_s = time.monotonic() - started
+    assert "app_0" in text
+    assert _bump(desktop) == 3
+    assert resumed_s < 30
+    # Killed -9 while running: its supervisor dies with it, and it comes back with its state.
+    info = fleet.info("delta")
+    os.kill(info["actor_pid"], signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(info["pid"])], timeout=10)
+    assert not psutil.pid_exists(info["pid"])
+    assert _bump(desktop) == 4
+
+
+def _load(desktop: FleetDesktop, stop: threading.Event, acked: list[int], errors: list[str]):
+    while not stop.is_set():
+        try:
+            acked.append(_bump(desktop))
+        except AotuiError as exc:
+            errors.append(f"{exc.code.value}: {exc.message}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_desktops_answer_again_by_name_after_their_node_is_lost(fleet: Fleet) -> None:
+    """Desktops under a command load; the node holding some is killed; each answers again by
+    name on the other node, with every acknowledged bump, and none applied twice."""
+    names = [f"n{i}" for i in range(6)]
+    desktops = {name: fleet.client.desktop(name) for name in names}
+    for desktop in desktops.values():
+        desktop.execute(OPEN)
+    placed = {name: fleet.node_of(name) for name in names}
+    stop = threading.Event()
+    acked: dict[str, list[int]] = {name: [] for name in names}
+    errors: dict[str, list[str]] = {name: [] for name in names}
+    loads = [
+        threading.Thread(target=_load, args=(desktops[name], stop, acked[name], errors[name]))
+        for name in names
+    ]
+    for thread in loads:
+        thread.start()
+    time.sleep(2)
+    victim = max(fleet.workers, key=lambda node: list(placed.values()).count(node.node_id))
+    moved = [name for name in names if placed[name] == victim.node_id]
+    assert moved, placed
+    fleet.cluster.remove_node(victim, allow_graceful=False)
+    fleet.workers.remove(victim)
+    time.sleep(8)
+    stop.set()
+    for thread in loads:
+        thread.join(120)
+    for name in names:
+        assert fleet.node_of(name) != victim.node_id
+        count = _bump(desktops[name])
+        # Every acknowledged bump is kept, and each ran once: the counts are 1, 2, 3, ... with
+        # at most one cut off (its error says so) before the node was lost.
+        seen = acked[name]
+        assert seen == sorted(seen)
+        assert len(set(seen)) == len(seen)
+        cut = [e for e in errors[name] if "may or may not have taken effect" in e]
+        assert len(errors[name]) == len(cut) <= 1, errors[name]
+        assert count in {seen[-1] + 1, seen[-1] + 2} if seen else True
+        assert count - len(seen) - 1 <= len(cut)
