@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -41,6 +43,7 @@ from aotui.supervisor.fleet.registry import Registry  # noqa: E402
 pytestmark = pytest.mark.timeout(120)
 
 ECHO = Path(__file__).parent / "apps" / "echo"
+AOTUI = Path(sys.executable).parent / "aotui"
 OPEN = "<context>open --application app_0</context>"
 #: Each node's share of the machine, as Ray is told: small (2 cores shared with other work).
 NODE = {"num_cpus": 1, "object_store_memory": 80 << 20, "memory": 4 << 30}
@@ -230,6 +233,48 @@ def test_hibernate_kill_9_resume_keeps_the_state(fleet: Fleet) -> None:
     assert _bump(desktop) == 4
 
 
+def _aotui(*words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(AOTUI), *words], capture_output=True, text=True, timeout=90, check=False
+    )
+
+
+def test_the_command_line_reaches_the_fleet(fleet: Fleet) -> None:
+    address = fleet.cluster.address
+    up = _aotui("fleet", "up", "--ray", address, "--store", fleet.settings.store)
+    assert up.returncode == 0, up.stderr
+    other = _aotui("fleet", "up", "--ray", address, "--store", fleet.settings.store + "x")
+    assert other.returncode == ErrorCode.E_INVALID_CMD.exit_code
+    assert "another store" in other.stderr
+    ran = _aotui("exec", "--fleet", address, "--desktop", "zeta", OPEN)
+    assert ran.returncode == 0, ran.stderr
+    shown = _aotui("snapshot", "--fleet", address, "--desktop", "zeta", "--plain")
+    assert shown.returncode == 0, shown.stderr
+    assert "app_0" in shown.stdout
+    status = _aotui("fleet", "status", "--ray", address)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert lines[0].split() == ["DESKTOP", "NODE", "STATE", "MEMORY", "LAST", "USE"]
+    (zeta,) = [line.split() for line in lines if line.startswith("zeta ")]
+    assert zeta[2] == "running"
+    assert zeta[1] == fleet.node_of("zeta")[:12]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_drain_moves_a_node_s_desktops_with_their_state(fleet: Fleet) -> None:
+    desktop = fleet.client.desktop("eta")
+    desktop.execute(OPEN)
+    assert _bump(desktop) == 1
+    node = fleet.node_of("eta")
+    moved = fleet.client.drain(node)
+    assert "eta" in moved
+    assert _bump(desktop) == 2
+    for name in moved:
+        assert fleet.node_of(name) != node
+        assert fleet.info(name)["state"] == "running"
+
+
 def _load(desktop: FleetDesktop, stop: threading.Event, acked: list[int], errors: list[str]):
     while not stop.is_set():
         try:
@@ -243,6 +288,7 @@ def _load(desktop: FleetDesktop, stop: threading.Event, acked: list[int], errors
 def test_desktops_answer_again_by_name_after_their_node_is_lost(fleet: Fleet) -> None:
     """Desktops under a command load; the node holding some is killed; each answers again by
     name on the other node, with every acknowledged bump, and none applied twice."""
+    fleet.workers.append(fleet.cluster.add_node(**NODE))  # nodes come as well as go
     names = [f"n{i}" for i in range(6)]
     desktops = {name: fleet.client.desktop(name) for name in names}
     for desktop in desktops.values():

@@ -75,9 +75,12 @@ class FleetClient:
                 f"`aotui fleet up --ray {address} --store postgresql://…`)",
             ) from None
 
-    def desktop(self, name: str, failover_s: float = FAILOVER_S) -> FleetDesktop:
-        """Desktop ``name``: started on some node if it runs nowhere yet."""
-        return FleetDesktop(self, name, failover_s)
+    def desktop(
+        self, name: str, failover_s: float = FAILOVER_S, session: str | None = None
+    ) -> FleetDesktop:
+        """Desktop ``name``: started on some node if it runs nowhere yet. ``session``: go on
+        with a session an earlier client named so (its snapshot id, its lease); else a new one."""
+        return FleetDesktop(self, name, failover_s, session)
 
     def actor(self, name: str) -> Any:
         """Desktop ``name``'s actor: looked up by name, or made by the router."""
@@ -100,12 +103,18 @@ class FleetClient:
 class FleetDesktop(_Typed):
     """One desktop of the fleet, with :class:`Client`'s methods (see the module's doc)."""
 
-    def __init__(self, fleet: FleetClient, name: str, failover_s: float = FAILOVER_S) -> None:
+    def __init__(
+        self,
+        fleet: FleetClient,
+        name: str,
+        failover_s: float = FAILOVER_S,
+        session: str | None = None,
+    ) -> None:
         self.fleet = fleet
         self.name = name
         self.failover_s = failover_s
         #: This client's session on the desktop (its own snapshot id and lease).
-        self.session = uuid.uuid4().hex
+        self.session = session or uuid.uuid4().hex
         self._actor: Any = None
 
     def __getattr__(self, method: str) -> Any:

@@ -61,6 +61,10 @@ def _call(args: argparse.Namespace, method: str, timeout_s: float = 30.0, **para
     The JSON-RPC client imports no pyzmq, msgpack or message classes (a third of a call's
     start-up); a desktop without ``rpc.sock`` is asked through the ZeroMQ client, as before.
     """
+    if getattr(args, "fleet", None):  # --fleet ADDRESS: the desktop of that name on Ray
+        from aotui.supervisor.fleet.cli import on_fleet
+
+        return on_fleet(args, "call", method, timeout_s=timeout_s, **params)
     paths = DesktopPaths.for_desktop(args.desktop, args.socket)
     try:
         return rpc_client.call(paths, method, params, timeout_s=timeout_s)
@@ -768,6 +772,16 @@ COMMANDS["browser"] = (
 )
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """Desktops across machines, on Ray: ``aotui fleet up|status|drain`` (docs/fleet.md)."""
+    from aotui.supervisor.fleet.cli import main as fleet_main
+
+    return fleet_main(args)
+
+
+COMMANDS["fleet"] = (cmd_fleet, "desktops across machines, on Ray: fleet up|status|drain")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with CONTRACT §7's exit code for usage errors (64, not argparse's 2)."""
 
@@ -978,6 +992,11 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
     parsers["browser"].add_argument(
         "--plain", action="store_true", help="text only (a snapshot's lines, a title, a URL)"
     )
+    parsers["fleet"].add_argument("fleet_args", nargs=argparse.REMAINDER, metavar="up|status|...")
+    for name in ("snapshot", "exec", "status"):
+        parsers[name].add_argument(
+            "--fleet", metavar="ADDRESS", help="the fleet on this Ray cluster (with --desktop NAME)"
+        )
     parsers["browser"].add_argument(
         "browser_args", nargs=argparse.REMAINDER, metavar="navigate|send-key|snapshot|..."
     )
