@@ -232,6 +232,9 @@ class Start(Message):
     #: Keyed data too large for one frame: ``restore`` is ``None`` and this many
     #: :class:`RestoreChunk` messages follow, whose parts together are the data.
     chunks: int = 0
+    #: Origins the desktop's config trusts (``trusted_origins``): the Browser applies an
+    #: agent-aware page's catalog policy only on them (seed 004).
+    trusted_origins: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +260,8 @@ class Operation(Message):
     stable_keys: dict[str, Any]
     #: Milliseconds the handler may take before the supervisor answers ``E_TIMEOUT``.
     deadline_ms: int
+    #: The user confirmed this call after the app asked (``ConfirmationRequired``).
+    confirmed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,9 +29,10 @@ from markupsafe import Markup
 from aotui.protocol.api import AWI_VERSION
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.structure import sanitize
+from aotui.sandbox.assist_policy import CATALOG_SCRIPT, action_of, origin_of, parse_catalog
 from aotui.sandbox.cdp import CDPError
 from aotui.sandbox.render import render_view
-from aotui.sandbox.sdk import App, OperationCall, View, operation
+from aotui.sandbox.sdk import App, ConfirmationRequired, OperationCall, View, operation
 from aotui.sandbox.web_generic import OPERATIONS, QUIET_MS, GenericOperation, GenericPage
 from aotui.sandbox.web_page import LOAD_TIMEOUT_S, OPERATION_TIMEOUT_S, Page, PageHost
 from aotui.sandbox.webapp import EveryOperation
@@ -85,6 +86,10 @@ AWI_METHODS = (
 )  # fmt: skip
 #: The AWI-TTY methods that may change what the tab shows (the others only read it).
 _AWI_MOVES = frozenset({"navigate", "send_key", "scroll", "set_viewport", "type_text"})
+#: The AWI-TTY methods a page's catalog policy governs, as the Browser operations they are.
+_AWI_ACTIONS = {
+    "navigate": "navigate", "send_key": "press", "scroll": "scroll", "type_text": "type",
+}  # fmt: skip
 #: A terminal cell of the text snapshot, in CSS px: 140 × 45 cells are a 1120 × 720 viewport.
 CELL_PX = (8, 16)
 #: seed 002's key names → ours (``Char`` is the ``char`` given).
@@ -301,8 +306,11 @@ class BrowserApp(App):
         if tab is None:
             raise AotuiError(ErrorCode.E_STALE_STATE, f"{key} is closed; pull again")
         self.active = key
-        tab.moves += 1
         op, args = call.operation, call.args
+        reason = self._catalog_check(tab, op, args)
+        if reason is not None and not call.confirmed:
+            raise ConfirmationRequired(reason)
+        tab.moves += 1
         if op in ("new_tab", "close_tab"):
             return self.new_tab(args.get("url")) if op == "new_tab" else self.close_tab(key)
         if op in ("wait_for", "find"):
@@ -318,6 +326,22 @@ class BrowserApp(App):
         if result is not None:
             return result if not changed else {"result": result, **changed}
         return changed or None
+
+    def _catalog_check(self, tab: Tab, op: str, args: Any) -> str | None:
+        """Apply the page's catalog policy to ``op`` if the desktop trusts the tab's origin
+        (sandbox/assist_policy.py): ``E_PERMISSION`` if not allowed there, or why the user must
+        confirm it first."""
+        action = action_of(op)
+        origin = origin_of(tab.url)
+        if action is None or not origin or origin not in self.trusted_origins:
+            return None
+        text = tab.generic.evaluate(CATALOG_SCRIPT)
+        if not isinstance(text, str):
+            return None
+        named = {"modals": str(args["modal"])} if "modal" in args else {}
+        if op == "navigate" and "route" in args:
+            named["routes"] = str(args["route"])
+        return parse_catalog(text, origin).check(action, self._state(tab), named)
 
     def _act(self, tab: Tab, call: OperationCall) -> Any:
         """Run an operation that may change the page; its own answer (most have none)."""
@@ -588,6 +612,13 @@ class BrowserApp(App):
             self.new_tab(None)
         key = self.active if self.active in self.tabs else next(iter(self.tabs))
         tab = self.tabs[key]
+        governed = _AWI_ACTIONS.get(method)
+        if governed is not None and self._catalog_check(tab, governed, given) is not None:
+            raise AotuiError(
+                ErrorCode.E_PERMISSION,
+                f"the page's catalog asks the user to confirm {governed} here, which AWI-TTY "
+                f"cannot: use the Browser's {governed} operation through the desktop's commands",
+            )
         if method in _AWI_MOVES:  # the tab's view is rendered again only after these
             tab.moves += 1
         result = getattr(self, f"_awi_{method}")(key, tab, given)

@@ -41,6 +41,7 @@ from aotui.sandbox.templates import attributes, json_value, render_template
 
 __all__ = [
     "App",
+    "ConfirmationRequired",
     "HttpReply",
     "Markup",
     "OperationCall",
@@ -69,6 +70,20 @@ class OperationCall:
     args: Mapping[str, Any]
     #: For each argument given as a ref, the referenced item's stable ``key``.
     stable_keys: Mapping[str, Any] = field(default_factory=dict)
+    #: The user confirmed this call: the handler asked with :class:`ConfirmationRequired` and
+    #: the desktop runs it again once the user agrees.
+    confirmed: bool = False
+
+
+class ConfirmationRequired(Exception):
+    """Raised by a handler before it changes anything: the desktop asks the user, as for an
+    operation marked ``confirm`` (CONTRACT §6), and runs the call again with
+    :attr:`OperationCall.confirmed` once they agree. ``reason`` (one line, at most 200
+    characters shown) tells the user why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -303,6 +318,8 @@ class App:
         self.log: Callable[[str], None] = lambda message: None
         #: Set by the worker: performs a brokered HTTP request (see :meth:`http`).
         self.broker: Callable[[HttpRequest], HttpResponse] | None = None
+        #: Set by the worker: the origins the desktop's config trusts (``trusted_origins``).
+        self.trusted_origins: tuple[str, ...] = ()
 
     # --- hooks an app overrides -----------------------------------------------------------------
 

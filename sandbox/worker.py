@@ -61,7 +61,7 @@ from aotui.protocol.messages import (
 from aotui.sandbox import fsview
 from aotui.sandbox.confine import confine
 from aotui.sandbox.render import ItemCache, render_view
-from aotui.sandbox.sdk import App, OperationCall, View
+from aotui.sandbox.sdk import App, ConfirmationRequired, OperationCall, View
 
 __all__ = ["WorkerLoop", "run_worker"]
 
@@ -315,6 +315,14 @@ class WorkerLoop:
     def reply_error(self, request_id: int, exc: BaseException) -> None:
         """Answer a request with the error ``exc`` maps to."""
         denied = _denial(exc)
+        if isinstance(exc, ConfirmationRequired):
+            # Nothing ran: the desktop asks the user and sends the call again, confirmed.
+            reason = str(exc.reason)[:200]
+            message = f"the app asks the user to confirm: {reason}"
+            self.send(
+                ErrorReply(request_id, ErrorCode.E_PERMISSION.value, message, {"confirm": reason})
+            )
+            return
         if isinstance(exc, AotuiError):
             code, message = exc.code, exc.message
         elif denied:
@@ -351,7 +359,7 @@ class WorkerLoop:
 
     def run_operation(self, message: Operation) -> None:
         """Run one handler, then send the changed fragments and the ack (or error)."""
-        call = OperationCall(message.op_id, message.args, message.stable_keys)
+        call = OperationCall(message.op_id, message.args, message.stable_keys, message.confirmed)
         if message.view == "":  # an event for the app itself, e.g. the user's side of a chat
             target = self.app.handle_event
         else:
@@ -633,6 +641,7 @@ def run_worker(
                     os.write(wake_w, b"\0")
 
             app.wakeup = wake
+            app.trusted_origins = tuple(str(origin) for origin in start.trusted_origins)
             if restore is not None:
                 app.restore(restore)
                 # The first ack still sends the data whole (an app that migrated its data in

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.desktop.controls import AppPolicy, parse_policy
@@ -137,6 +138,10 @@ class DesktopConfig:
     rpc_idle_timeout_s: float = 60.0
     #: Per-app operation policies (``[policy."<manifest id>"]``: allow, deny, confirm).
     policy: tuple[AppPolicy, ...] = ()
+    #: Origins (``https://shop.example``, ``http://127.0.0.1:8000``) whose agent-aware pages'
+    #: catalog policy the Browser applies (seed 004: ``requiresUserConfirm`` → the user's
+    #: confirmation, ``allowedActions`` → ``E_PERMISSION``); any other page's is ignored.
+    trusted_origins: tuple[str, ...] = ()
 
     def app_limits(self, manifest: Manifest) -> dict[str, int]:
         """The limits ``manifest``'s app runs with: its own, else the desktop's defaults for
@@ -282,6 +287,36 @@ def _store(value: Any) -> str:
     return str(value)
 
 
+def _origins(value: Any) -> tuple[str, ...]:
+    """``trusted_origins``: ``scheme://host[:port]``, http or https, nothing after."""
+    _check("trusted_origins", value, (list, tuple))
+    origins = []
+    for item in value:
+        text = _check("trusted_origins[]", item, str)
+        parts = urlsplit(text)
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or port == -1
+            or parts.path
+            or parts.query
+            or parts.fragment
+            or parts.username is not None
+        ):
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                f"config key 'trusted_origins' lists {text[:100]!r}, which is not an origin: "
+                f"write scheme://host[:port], http or https, with nothing after it "
+                f"(https://shop.example, http://127.0.0.1:8000)",
+            )
+        origins.append(f"{parts.scheme}://{parts.netloc.lower()}")
+    return tuple(origins)
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "durability": _durability,
     "store": _store,
@@ -290,6 +325,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "web_limits": _web_limits,
     "policy": parse_policy,
     "apps": _apps,
+    "trusted_origins": _origins,
 }
 
 

@@ -377,7 +377,7 @@ def _view_in_flight(path: Path, value: Any) -> int:
             f"must be a whole number from 1 to {MAX_VIEW_IN_FLIGHT} (or 0, the default: no bound "
             f"per view)",
         )
-    return value
+    return int(value)
 
 
 def _system(directory: Path, path: Path, value: Any, system_dirs: Collection[Path]) -> bool:

@@ -455,3 +455,89 @@ def test_at_most_two_commands_are_in_flight_per_tab(
     assert answers[3] == {"met": True}, answers
     # Once they answered, the tab takes commands again.
     assert run(desktop, first, "wait_for --text Welcome") == {"met": True}
+
+
+CHECKOUT = """<!doctype html><html><head><title>Account</title>
+<script type="application/json" data-assist-catalog>
+{"modals": [{"modalId": "modal:deleteAccount",
+             "policy": {"requiresUserConfirm": true,
+                        "allowedActions": ["modal.open", "modal.close"]}}],
+ "routes": [{"routeId": "route:checkout", "allowedActions": ["navigate"]}]}
+</script></head><body>
+<main data-assist-route="route:account"><h1>Account</h1>
+  <button onclick="document.querySelector('#n').textContent++">Count</button><p id="n">0</p>
+</main>
+<main data-assist-route="route:checkout" hidden><h1>Checkout</h1>
+  <button onclick="document.querySelector('#paid').textContent = 'paid'">Pay</button>
+  <p id="paid"></p></main>
+<div role="dialog" aria-modal="true" data-assist-modal="modal:deleteAccount" hidden>
+  <h2>Delete your account?</h2><button data-assist-field="f:yes">Yes</button></div>
+<script>
+  window.addEventListener("assist:command", ({detail: {cmd, params}}) => {
+    const modal = document.querySelector('[data-assist-modal="modal:deleteAccount"]');
+    if (cmd === "modal.open") modal.hidden = false;
+    if (cmd === "modal.close") modal.hidden = true;
+    if (cmd === "navigate") for (const m of document.querySelectorAll("main"))
+      m.hidden = m.dataset.assistRoute !== params.routeId;
+  });
+</script></body></html>"""
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_trusted_pages_catalog_asks_the_user_and_refuses_what_it_does_not_allow(
+    start_desktop: Start, tmp_path: Path, site: str, trusted: bool
+) -> None:
+    (tmp_path / "site" / "account.html").write_text(CHECKOUT)
+    app = Path(shutil.copytree(BUNDLED_APPS_DIR / "browser", tmp_path / "browser"))
+    manifest = json.loads((app / "aoapp.json").read_text())
+    manifest["permissions"] = ["net:http:localhost"]
+    (app / "aoapp.json").write_text(json.dumps(manifest))
+    origins = [site] if trusted else ["http://localhost:1"]  # the same host, another origin
+    desktop = start_desktop([str(app)], allow_private_http=True, trusted_origins=origins)
+    desktop.client.execute("<context>open --application app_0</context>")
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/account.html")
+    view, page = tab(desktop, "Account")
+    run(desktop, view, f"click --target {ref(page, 'Count')}")  # no entry governs the route
+    opening = "execute modal_open --modal modal:deleteAccount"
+    context = f'<context app_id="app_0" view_id="{view}">{opening}</context>'
+    asked = desktop.client.execute(context)
+    if not trusted:  # an untrusted page's catalog is its own text, nothing more
+        assert asked["results"] == [None]
+        _, page = tab(desktop, "Account")
+        assert "Modal: modal:deleteAccount" in page
+        run(desktop, view, "navigate --route route:checkout")
+        _, page = tab(desktop, "Account")
+        run(desktop, view, f"click --target {ref(page, 'Pay')}")
+        assert "paid" in tab(desktop, "Account")[1]
+        return
+    waiting = asked["waiting"]
+    assert waiting["confirmation"] == "C1"
+    _, page = tab(desktop, "Account")
+    assert "Modal:" not in page  # asked, not run
+    pending = desktop.client.call("confirmations")["pending"]
+    assert pending[0]["reason"] == (
+        f"Browser asks: the page's catalog (trusted origin {site}) says "
+        "modals[modal:deleteAccount] requires the user's confirmation for modal.open"
+    )
+    assert desktop.client.call("confirm", confirmation="C1")["verdict"] == "ran"
+    _, page = tab(desktop, "Account")
+    assert "Modal: modal:deleteAccount" in page
+    # Inside the modal only modal.open and modal.close are allowed: a click is refused.
+    with pytest.raises(AotuiError) as refused:
+        run(desktop, view, "click --field f:yes")
+    assert refused.value.code is ErrorCode.E_PERMISSION
+    assert (
+        f"click is not allowed by the page's catalog (trusted origin {site}): "
+        "modals[modal:deleteAccount] allows only modal.open, modal.close; it did not run"
+    ) in refused.value.message
+    # The way out never waits for the user.
+    assert run(desktop, view, "modal_close --modal modal:deleteAccount") is None
+    # route:checkout allows only navigate: going there is fine, paying there is not.
+    run(desktop, view, "navigate --route route:checkout")
+    _, page = tab(desktop, "Account")
+    with pytest.raises(AotuiError) as paying:
+        run(desktop, view, f"click --target {ref(page, 'Pay')}")
+    assert "routes[route:checkout] allows only navigate" in paying.value.message
+    assert "paid" not in tab(desktop, "Account")[1]
+    assert run(desktop, view, "find --text Checkout")["found"]  # reading is never governed

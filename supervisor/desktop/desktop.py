@@ -503,8 +503,28 @@ class Desktop:
                     reason=rule or f"{app.name} marks {command.target} confirm",
                 )
             )
-        return await self._operate(
-            app, view.key, command.target, coerced.args, coerced.stable_keys, deadline
+        try:
+            return await self._operate(
+                app, view.key, command.target, coerced.args, coerced.stable_keys, deadline
+            )
+        except AotuiError as exc:
+            asked = _asks_confirmation(exc)
+            if asked is None:
+                raise
+        # The app asked for the user's confirmation before doing anything (sdk
+        # ConfirmationRequired): the same flow as an operation marked confirm.
+        return await self._ask_user(
+            PendingConfirmation(
+                ident="",
+                app=app.app_id,
+                app_name=app.name,
+                view_key=view.key,
+                view_id=view_id,
+                operation=command.target,
+                args=coerced.args,
+                stable_keys=coerced.stable_keys,
+                reason=f"{app.name} asks: {asked}",
+            )
         )
 
     async def _operate(
@@ -516,6 +536,7 @@ class Desktop:
         stable_keys: dict[str, Any],
         deadline: float,
         note: str = "",
+        confirmed: bool = False,
     ) -> Any:
         """Deliver one checked operation to ``app``'s worker and log what became of it."""
         what = f"execute {op_id}{note}"
@@ -529,13 +550,14 @@ class Desktop:
                     args,
                     stable_keys,
                     int(_left(deadline, self.config.operation_timeout_ms) * 1000),
+                    confirmed,
                 ),
                 what,
                 deadline,
             )
         except AotuiError as exc:
             app.log_operation(f"{what}: {exc.code.value} {exc.message}")
-            if exc.code is ErrorCode.E_PERMISSION:
+            if exc.code is ErrorCode.E_PERMISSION and "confirm" not in exc.data:
                 # Reported by the trusted side, whatever the worker itself logs or floods.
                 self.log(f"{app.name}: {exc.message} (in operation {op_id})")
             raise
@@ -611,6 +633,7 @@ class Desktop:
                 pending.stable_keys,
                 deadline,
                 f" (confirmed {pending.ident})",
+                confirmed=True,
             )
         except AotuiError as exc:
             self.confirmations.decide(pending.ident, Outcome(Verdict.FAILED, error=exc))
@@ -778,3 +801,12 @@ def _resolver(view: ViewRecord, view_id: str) -> Callable[[str, str], ResolvedRe
         return ResolvedRef(view.refs.get(key), view.keys.get(key, key))
 
     return resolve
+
+
+def _asks_confirmation(exc: AotuiError) -> str | None:
+    """The reason an app gave for asking the user to confirm an operation, if it asked (its
+    worker's E_PERMISSION with ``confirm``, sanitized by the worker handle); else ``None``."""
+    reason = exc.data.get("confirm")
+    if exc.code is not ErrorCode.E_PERMISSION or not isinstance(reason, str):
+        return None
+    return reason or "no reason given"

@@ -178,7 +178,9 @@ class AppLifecycle:
         # comes back. A worker forked even so is the handle's: a failed start discards it too.
         try:
             async with asyncio.timeout(timeout):
-                for message in restore_messages(app.app_id, app.saved_state, app.restore_views):
+                for message in restore_messages(
+                    app.app_id, app.saved_state, app.restore_views, self.config.trusted_origins
+                ):
                     await handle.send(message)
         finally:
             handle.pid = await launch

@@ -40,13 +40,16 @@ def split_parts(data: dict[str, Any], limit: int = CHUNK_BYTES) -> list[dict[str
     return chunks
 
 
-def restore_messages(app: str, data: Any, mounted: list[str]) -> list[Message]:
+def restore_messages(
+    app: str, data: Any, mounted: list[str], trusted_origins: tuple[str, ...] = ()
+) -> list[Message]:
     """What to send a new worker of ``app``: its Start, then the chunks of large keyed data."""
+    trusted = list(trusted_origins)
     if not isinstance(data, dict) or not all(isinstance(key, str) for key in data):
-        return [Start(app, data, mounted)]
+        return [Start(app, data, mounted, trusted_origins=trusted)]
     chunks = split_parts(data)
     if len(chunks) == 1:
-        return [Start(app, data, mounted)]
-    return [Start(app, None, mounted, chunks=len(chunks))] + [
+        return [Start(app, data, mounted, trusted_origins=trusted)]
+    return [Start(app, None, mounted, chunks=len(chunks), trusted_origins=trusted)] + [
         RestoreChunk(parts=chunk) for chunk in chunks
     ]
