@@ -7,7 +7,6 @@ way a machine dies (its raylet and every process on it killed, no goodbye to the
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -39,16 +38,13 @@ from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip with
 )
 from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
 from aotui.supervisor.fleet.registry import Registry  # noqa: E402
+from tests.fleet_cluster import NODE, ray_cluster  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
 ECHO = Path(__file__).parent / "apps" / "echo"
 AOTUI = Path(sys.executable).parent / "aotui"
 OPEN = "<context>open --application app_0</context>"
-#: Each node's share of the machine, as Ray is told: small (2 cores shared with other work).
-NODE = {"num_cpus": 1, "object_store_memory": 80 << 20, "memory": 4 << 30}
-#: Ray notices a node that stopped answering after 3 missed health checks 0.3 s apart.
-HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3}
 
 
 @dataclass
@@ -68,48 +64,6 @@ class Fleet:
         actor = ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
         info: dict[str, Any] = ray.get(actor.info.remote(), timeout=30)
         return info
-
-
-def _ray_processes(temp_dir: str) -> list[psutil.Process]:
-    """Every process of the cluster whose session lives in ``temp_dir``."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if any(temp_dir in part for part in process.info["cmdline"] or []):
-                found.append(process)
-    return found
-
-
-@contextlib.contextmanager
-def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
-    """A head (no CPU: desktops go to the workers) and ``workers`` worker nodes; shut down with
-    every process it started, failed tests included."""
-    # Short: Ray's sockets go under it (107-byte socket paths).
-    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    head = {
-        "num_cpus": 0,
-        "include_dashboard": False,
-        "object_store_memory": 80 << 20,
-        "temp_dir": temp_dir,
-        "_system_config": HEALTH,
-    }
-    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
-    try:
-        nodes = [cluster.add_node(**NODE) for _ in range(workers)]
-        ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
-        yield cluster, nodes
-    finally:
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        cluster.shutdown()
-        left = _ray_processes(temp_dir)
-        for process in left:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        psutil.wait_procs(left, timeout=5)
-        import shutil
-
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +107,22 @@ def test_a_desktop_answers_by_name_with_client_s_typed_methods(fleet: Fleet) -> 
     # Another client, by name, reaches the same desktop and its state.
     other = FleetClient(fleet.cluster.address).desktop("alpha")
     assert _bump(other) == 4
+    # A session that waits holds up no other session (nor status), as on one machine.
+    waited: list[str] = []
+
+    def wait() -> None:
+        with pytest.raises(AotuiError) as timed_out:
+            desktop.wait(text="never shown", app="app_0", timeout_ms=2500)
+        waited.append(timed_out.value.code.value)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)
+    began = time.monotonic()
+    assert "app_0" in other.snapshot()
+    assert time.monotonic() - began < 1.5
+    waiter.join(30)
+    assert waited == ["E_TIMEOUT"]
     rows = {row["desktop"]: row for row in fleet.client.status()}
     assert rows["alpha"]["state"] == "running"
     assert rows["alpha"]["node"] in {node.node_id for node in fleet.workers}

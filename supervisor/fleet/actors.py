@@ -129,6 +129,8 @@ class DesktopActor:
         self._lock = threading.RLock()
         self._launcher = ThreadPoolExecutor(1, thread_name_prefix="aotui-launch")
         self._sessions: dict[str, Client] = {}
+        self._turns: dict[str, threading.Lock] = {}
+        self._in_flight = 0
         self._desktop: LaunchedDesktop | None = None
         self._runtime: Path | None = None
         self.last_use = time.time()
@@ -167,6 +169,7 @@ class DesktopActor:
         for client in self._sessions.values():
             client.close()
         self._sessions.clear()
+        self._turns.clear()
         if self._desktop is not None:
             self._desktop.stop()
             self._desktop = None
@@ -179,7 +182,7 @@ class DesktopActor:
             time.sleep(min(1.0, self.settings.idle_s / 4))
             with self._lock:
                 idle = time.time() - self.last_use
-                if self._desktop is not None and idle > self.settings.idle_s:
+                if self._desktop and not self._in_flight and idle > self.settings.idle_s:
                     self.hibernate()
 
     # --- what the fleet calls -------------------------------------------------------------------
@@ -198,25 +201,39 @@ class DesktopActor:
             return _error_reply(
                 AotuiError(ErrorCode.E_INVALID_CMD, f"a fleet desktop has no method {method!r}")
             )
+        if command_id is not None:
+            earlier = self.registry.begin(self.name, command_id)
+            if earlier is not None:
+                return self._earlier(command_id, *earlier)
+        try:
+            client, turn = self._session(session)
+            try:
+                with turn:  # one call at a time per session (a Client is not thread-safe)
+                    reply = encode_reply(getattr(client, method)(*args, **kwargs))
+            finally:
+                with self._lock:
+                    self._in_flight -= 1
+                    self.last_use = time.time()
+        except AotuiError as exc:
+            reply = _error_reply(exc)
+        if command_id is not None:
+            self.registry.finish(self.name, command_id, reply)
+        return reply
+
+    def _session(self, session: str) -> tuple[Client, threading.Lock]:
+        """``session``'s client and its turn; the supervisor started first if it is not (a
+        hibernated desktop resumes here). Counts the call in flight: none hibernates it."""
         with self._lock:
             self.last_use = time.time()
-            if command_id is not None:
-                earlier = self.registry.begin(self.name, command_id)
-                if earlier is not None:
-                    return self._earlier(command_id, *earlier)
-            try:
-                if self._desktop is None:
-                    self._start()  # resume a hibernated desktop
-                client = self._sessions.get(session)
-                if client is None:
-                    assert self._desktop is not None
-                    client = self._sessions[session] = self._desktop.client()
-                reply = encode_reply(getattr(client, method)(*args, **kwargs))
-            except AotuiError as exc:
-                reply = _error_reply(exc)
-            if command_id is not None:
-                self.registry.finish(self.name, command_id, reply)
-            return reply
+            if self._desktop is None:
+                self._start()
+            assert self._desktop is not None
+            client = self._sessions.get(session)
+            if client is None:
+                client = self._sessions[session] = self._desktop.client()
+                self._turns[session] = threading.Lock()
+            self._in_flight += 1
+            return client, self._turns[session]
 
     def _earlier(self, command_id: str, state: str, reply: Any) -> Any:
         if state == "done":
@@ -234,6 +251,7 @@ class DesktopActor:
     def close_session(self, session: str) -> None:
         with self._lock:
             client = self._sessions.pop(session, None)
+            self._turns.pop(session, None)
             if client is not None:
                 client.close()
 
@@ -265,6 +283,8 @@ class DesktopActor:
             "last_use": self.last_use,
             "pid": pid,
             "actor_pid": os.getpid(),
+            # Its runtime directory on its node (a local Client reaches it there: the benchmark).
+            "socket": str(self._runtime / "run") if self._runtime is not None else None,
         }
 
     def shutdown(self) -> None:
@@ -343,6 +363,8 @@ def desktop_actor(name: str, settings: FleetSettings) -> Any:
         get_if_exists=True,
         max_restarts=-1,
         max_task_retries=0,
+        # Calls of several sessions at once (each session's in turn), and info() meanwhile.
+        max_concurrency=16,
         num_cpus=settings.num_cpus,
         memory=settings.memory,
     ).remote(name, settings)

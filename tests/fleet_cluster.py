@@ -1,0 +1,66 @@
+"""A Ray cluster on this machine for the fleet's tests and benchmark (ray.cluster_utils): a head
+without CPUs (desktops go to the workers) and worker nodes, each told a small share of the
+machine; everything it started is gone when the block ends, failed tests included."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import ray
+from ray import cluster_utils
+
+from aotui.supervisor.fleet.actors import NAMESPACE
+
+__all__ = ["HEALTH", "NODE", "ray_cluster"]
+
+#: Each worker node's share of the machine, as Ray is told: small (2 cores shared with others).
+NODE: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 80 << 20, "memory": 4 << 30}
+#: Ray notices a node that stopped answering after 3 missed health checks 0.3 s apart (its
+#: defaults: 5 missed, 3 s apart).
+HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3}
+
+
+def _ray_processes(temp_dir: str) -> list[psutil.Process]:
+    """Every process of the cluster whose session lives in ``temp_dir``."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(temp_dir in part for part in process.info["cmdline"] or []):
+                found.append(process)
+    return found
+
+
+@contextlib.contextmanager
+def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
+    """A head and ``workers`` worker nodes; this process connected to it (namespace aotui)."""
+    # Short: Ray's sockets go under it (107-byte socket paths).
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    head = {
+        "num_cpus": 0,
+        "include_dashboard": False,
+        "object_store_memory": 80 << 20,
+        "temp_dir": temp_dir,
+        "_system_config": HEALTH,
+    }
+    cluster = None
+    try:
+        cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
+        nodes = [cluster.add_node(**NODE) for _ in range(workers)]
+        ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        yield cluster, nodes
+    finally:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        left = _ray_processes(temp_dir)
+        for process in left:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(left, timeout=5)
+        shutil.rmtree(temp_dir, ignore_errors=True)
