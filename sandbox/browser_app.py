@@ -389,10 +389,15 @@ class BrowserApp(App):
         if error:
             if page.refused:
                 host = urlsplit(url).hostname or "the host" if how == "navigate" else "the host"
+                why = page.refused[0]
+                hint = (
+                    "the desktop config's policy for the Browser would have to list it"
+                    if "config narrows" in why
+                    else f"A net:http:{host} grant in the Browser's manifest would allow it"
+                )
                 raise AotuiError(
                     ErrorCode.E_PERMISSION,
-                    f"{how} refused: the request to {sanitize(page.refused[0], limit=300)}. "
-                    f"A net:http:{host} grant in the Browser's manifest would allow it",
+                    f"{how} refused: the request to {sanitize(why, limit=300)}. {hint}",
                 )
             raise AotuiError(
                 ErrorCode.E_APP_ERROR, f"{how} to {sanitize(url, limit=200)} failed: {error}"

@@ -71,6 +71,7 @@ class DesktopConfig:
         "system/thoughts",
         "notes",
         "files",
+        "browser",
     )
     #: Default limits for apps whose manifest does not say.
     limits: Limits = field(default_factory=Limits)

@@ -85,9 +85,18 @@ def write_config(path: Path, apps: list[str], **settings: object) -> Path:
     """A desktop TOML config with absolute app paths."""
     lines = ["apps = [" + ", ".join(json.dumps(a) for a in apps) + "]"]
     for key, value in settings.items():
-        lines.append(f"{key} = {json.dumps(value)}")
+        lines.append(f"{key} = {_toml(value)}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _toml(value: object) -> str:
+    """``value`` as TOML: JSON's scalars and arrays, and dicts as inline tables."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -541,3 +541,27 @@ def test_a_trusted_pages_catalog_asks_the_user_and_refuses_what_it_does_not_allo
     assert "routes[route:checkout] allows only navigate" in paying.value.message
     assert "paid" not in tab(desktop, "Account")[1]
     assert run(desktop, view, "find --text Checkout")["found"]  # reading is never governed
+
+
+def test_the_desktop_config_narrows_the_browsers_grants(
+    start_desktop: Start, tmp_path: Path, site: str
+) -> None:
+    app = Path(shutil.copytree(BUNDLED_APPS_DIR / "browser", tmp_path / "browser"))
+    manifest = json.loads((app / "aoapp.json").read_text())
+    manifest["permissions"] = ["net:http:localhost", "net:http:*.example.invalid"]
+    (app / "aoapp.json").write_text(json.dumps(manifest))
+    policy = {"com.aotui.browser": {"net": ["docs.example.invalid"]}}
+    desktop = start_desktop([str(app)], allow_private_http=True, policy=policy)
+    desktop.client.execute("<context>open --application app_0</context>")
+    view, _ = tab(desktop)
+    with pytest.raises(AotuiError) as refused:
+        run(desktop, view, f"navigate --url {site}/index.html")
+    assert refused.value.code is ErrorCode.E_PERMISSION
+    assert (
+        "host localhost is granted to this app, but this desktop's config narrows its grants to "
+        'docs.example.invalid (policy."com.aotui.browser".net)'
+    ) in refused.value.message
+    assert "the desktop config's policy for the Browser would have to list it" in (
+        refused.value.message
+    )
+    assert tab(desktop)[1].startswith("URL: about:blank")  # it stayed where it was

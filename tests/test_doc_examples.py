@@ -309,31 +309,31 @@ def run_tutorial_app(example: Example, sandbox: Sandbox) -> None:
     sandbox.up()
     # docs/apps.md section 10, on a real desktop.
     installed = sandbox.aotui("install", "./todo")
-    assert installed.stdout.strip() == "app_4", installed.stderr
+    assert installed.stdout.strip() == "app_5", installed.stderr
     for text in (
-        "<context>open --application app_4</context>",
-        '<context app_id="app_4" view_id="view_0">'
+        "<context>open --application app_5</context>",
+        '<context app_id="app_5" view_id="view_0">'
         'execute add_todo --title "Buy milk" --remind_in_s 60</context>',
     ):
         ran = sandbox.aotui("exec", text)
         assert ran.stdout.strip() == "ok: 1 command(s) ran", ran.stderr
     snapshot = sandbox.aotui("snapshot", "--plain").stdout
-    assert '<application id="app_4" name="Todo">' in snapshot
+    assert '<application id="app_5" name="Todo">' in snapshot
     assert "- [Buy milk](todo:todos[0])" in snapshot
     assert "    - [Buy milk](view:view_1)" in snapshot
     for text in (
-        '<context app_id="app_4">mount --view view_1</context>',
-        '<context app_id="app_4" view_id="view_1">execute rename --title "Buy oat milk"</context>',
+        '<context app_id="app_5">mount --view view_1</context>',
+        '<context app_id="app_5" view_id="view_1">execute rename --title "Buy oat milk"</context>',
     ):
         ran = sandbox.aotui("exec", text)
         assert ran.returncode == 0, ran.stderr
     assert "- [Buy oat milk](todo:todos[0])" in sandbox.aotui("snapshot", "--plain").stdout
     failed = sandbox.aotui(
-        "exec", '<context app_id="app_4" view_id="view_0">execute add_todo --title " "</context>'
+        "exec", '<context app_id="app_5" view_id="view_0">execute add_todo --title " "</context>'
     )
     assert failed.returncode == 70
     assert "ValueError: a todo needs a title, e.g. --title 'Buy milk'" in failed.stderr
-    assert sandbox.aotui("uninstall", "app_4").returncode == 0
+    assert sandbox.aotui("uninstall", "app_5").returncode == 0
     assert sandbox.aotui("down").returncode == 0
 
 

@@ -106,6 +106,9 @@ class BrokerPolicy:
     max_redirects: int = 5
     #: Ports a URL may name; not checked with ``allow_private`` (test servers use any port).
     allowed_ports: tuple[int, ...] = (80, 443)
+    #: The desktop config's narrowing of the grants (``policy."<id>".net``) and its rule's name.
+    narrowed_to: tuple[str, ...] | None = None
+    narrowed_by: str = ""
 
 
 def broker_pool() -> ThreadPoolExecutor:
@@ -293,6 +296,14 @@ def _check_target(url: str, policy: BrokerPolicy, resolver: Resolver, code: Erro
             ErrorCode.E_PERMISSION,
             f"host {host} is not granted to this app (its grants: {grants})",
             {"host": host, "allowed_hosts": list(policy.allowed_hosts)},
+        )
+    if policy.narrowed_to is not None and not host_allowed(host, policy.narrowed_to):
+        listed = ", ".join(policy.narrowed_to) or "nothing"
+        raise AotuiError(
+            ErrorCode.E_PERMISSION,
+            f"host {host} is granted to this app, but this desktop's config narrows its grants "
+            f"to {listed} ({policy.narrowed_by})",
+            {"host": host, "rule": policy.narrowed_by},
         )
     port = port if port is not None else _DEFAULT_PORTS[parts.scheme]
     if not policy.allow_private and port not in policy.allowed_ports:

@@ -19,11 +19,12 @@ from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode, Outcome
 from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.manifest import parse_permission
 
 __all__ = ["AppPolicy", "check_dialog", "confirm_rule", "parse_policy"]
 
 #: The keys a ``[policy."<app>"]`` table may hold.
-POLICY_KEYS = ("allow", "deny", "confirm")
+POLICY_KEYS = ("allow", "deny", "confirm", "net")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class AppPolicy:
     deny: tuple[str, ...] = ()
     #: Operations that wait for the user's confirmation.
     confirm: tuple[str, ...] = ()
+    #: Host patterns narrowing the app's ``net:http`` grants on this desktop: a request must
+    #: match a grant of its manifest and one of these (a config narrows, never widens).
+    net: tuple[str, ...] | None = None
 
     def rule(self, key: str) -> str:
         """The rule's name as the config writes it: ``policy."com.example.notes".deny``."""
@@ -56,11 +60,14 @@ def parse_policy(raw: Any) -> tuple[AppPolicy, ...]:
         unknown = sorted(set(table) - set(POLICY_KEYS))
         if unknown:
             raise _bad(
-                f"{where} has unknown key(s) {', '.join(unknown)}; known: allow, deny, confirm"
+                f"{where} has unknown key(s) {', '.join(unknown)}; known: allow, deny, confirm, net"
             )
-        lists = {key: _names(f"{where}.{key}", table[key]) for key in POLICY_KEYS if key in table}
+        lists = {
+            key: _names(f"{where}.{key}", table[key]) for key in POLICY_KEYS[:3] if key in table
+        }
+        net = _hosts(f"{where}.net", table["net"]) if "net" in table else None
         policies.append(
-            AppPolicy(app, lists.get("allow"), lists.get("deny", ()), lists.get("confirm", ()))
+            AppPolicy(app, lists.get("allow"), lists.get("deny", ()), lists.get("confirm", ()), net)
         )
     return tuple(policies)
 
@@ -71,6 +78,25 @@ def _names(where: str, value: Any) -> tuple[str, ...]:
     ):
         raise _bad(f"{where} must be a list of operation ids (or patterns such as delete_*)")
     return tuple(value)
+
+
+def _hosts(where: str, value: Any) -> tuple[str, ...]:
+    """Host patterns as a ``net:http:`` grant writes them (``example.com``, ``*.example.com``,
+    ``*``); an empty list lets the app reach nothing."""
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise _bad(f"{where} must be a list of host patterns (example.com, *.example.com)")
+    for host in value:
+        try:
+            parse_permission(f"net:http:{host}")
+        except ValueError as exc:
+            raise _bad(f"{where} lists {host[:100]!r}, not a host pattern: {exc}") from None
+    return tuple(value)
+
+
+def net_narrowing(policies: tuple[AppPolicy, ...], app: AppRecord) -> AppPolicy | None:
+    """The policy narrowing ``app``'s ``net:http`` grants on this desktop, if one does."""
+    policy = _policy_of(policies, app)
+    return policy if policy is not None and policy.net is not None else None
 
 
 def _bad(message: str) -> AotuiError:

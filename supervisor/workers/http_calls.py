@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
 import zmq
@@ -19,6 +20,7 @@ import zmq
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import HttpCall, HttpResult
 from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.desktop.controls import net_narrowing
 from aotui.supervisor.instrument import Instrument
 from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.handle import WorkerHandle
@@ -68,6 +70,11 @@ class HttpCalls:
         policy = policy_from_permissions(
             app.manifest.permissions, self.host.config.allow_private_http
         )
+        narrowing = net_narrowing(self.host.config.policy, app)
+        if narrowing is not None:
+            policy = dataclasses.replace(
+                policy, narrowed_to=narrowing.net, narrowed_by=narrowing.rule("net")
+            )
         try:
             request = call.request  # its fields' types checked by the codec on receipt
             async with worker.http_slots:  # one app never holds the whole pool
