@@ -24,6 +24,9 @@ Figures (medians and p50s of this run):
    without it (the list is the same on every page: an agent that keeps it from an earlier pull
    does not need it again); the peer's is ``browser_snapshot``'s text (``browser_navigate``
    answers with a link to a file, not the snapshot). Over MiniWoB pages and TodoMVC states.
+   And what an agent in a session reads after each navigate: the pull ``since`` its previous
+   one (CONTRACT §4), where the tab's unchanged lines, its operations among them, fold to one
+   line each run — as the peer's tool list is sent once per session, not in every snapshot.
 2. **large documents**: the same, with the Browser's default budget (a long page folds what is
    far from its viewport to its headings); and whether every visible heading of the document
    (``h1``-``h6`` the peer's browser finds visible) is a heading line of ours (matched by text).
@@ -31,7 +34,7 @@ Figures (medians and p50s of this run):
    share that have a ref in ours, matched by role and name (see :func:`match`); for all of them
    and for the actionable ones only (an interactive role, or ``[cursor=pointer]``); and the text
    the peer shows that ours shows nowhere.
-4. **navigate + first observation**: ours ``navigate`` + ``snapshot`` of the tab; the peer's
+4. **navigate + first observation**: ours ``navigate`` + the pull since the last; the peer's
    ``browser_navigate`` + ``browser_snapshot``.
 5. **an action + its reply**: on TodoMVC, type (with Enter), check and click; ours is the
    ``execute`` (its answer is what changed), and, beside it, the ``execute`` plus the pull of
@@ -213,6 +216,9 @@ class Ours:
         self.last = ""
         #: The last navigate's execute alone, in ms (without the pull that follows it).
         self.navigated = 0.0
+        #: What the agent read after the last navigate in its session: a pull since its last
+        #: one, where the tab's unchanged lines (its operations) fold to one line.
+        self.session_text = ""
 
     def close(self) -> None:
         self.desktop.close()
@@ -229,11 +235,15 @@ class Ours:
         return self.client.snapshot(since=since, app="app_0", view=self.view)
 
     def navigate(self, url: str) -> tuple[float, str]:
+        """Navigate and read the page as an agent in a session does (a pull since its last);
+        the time of both, and the whole view (read untimed: refs and coverage need it)."""
+        since = self.client.snapshot_id
         began = time.perf_counter()
         self.run(f"navigate --url {url}")
         self.navigated = (time.perf_counter() - began) * 1000
-        text = self.pull()
-        return (time.perf_counter() - began) * 1000, text
+        self.session_text = self.diff(since) if since else self.pull()
+        took = (time.perf_counter() - began) * 1000
+        return took, self.pull()
 
     def refs(self) -> list[OurRef]:
         """Every ref the last pull shows."""
@@ -568,6 +578,8 @@ class _Skipped(Exception):
 class Figures:
     ours_tokens: list[int] = field(default_factory=list)
     ours_tokens_bare: list[int] = field(default_factory=list)
+    #: The first observation of a page in a session: the pull since the last (CONTRACT §4).
+    ours_tokens_session: list[int] = field(default_factory=list)
     peer_tokens: list[int] = field(default_factory=list)
     doc_rows: list[tuple[str, int, int, int, int, int, list[str]]] = field(default_factory=list)
     ours_nav: list[float] = field(default_factory=list)
@@ -604,7 +616,9 @@ class Figures:
     failures: list[str] = field(default_factory=list)
 
 
-def _observe(name: str, ours_text: str, peer_text: str, encoder: Any, figures: Figures) -> None:
+def _observe(
+    name: str, ours_text: str, peer_text: str, encoder: Any, figures: Figures, session: str = ""
+) -> None:
     if figures.dump is not None:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
         (figures.dump / f"{stem}.ours.md").write_text(ours_text)
@@ -613,6 +627,8 @@ def _observe(name: str, ours_text: str, peer_text: str, encoder: Any, figures: F
     theirs = len(encoder.encode(peer_text))
     figures.ours_tokens.append(mine)
     figures.ours_tokens_bare.append(bare)
+    if session:
+        figures.ours_tokens_session.append(len(encoder.encode(session)))
     figures.peer_tokens.append(theirs)
     if bare > theirs * GOALS["tokens"]:
         figures.larger.append((name, bare, theirs))
@@ -652,7 +668,7 @@ async def _miniwob(ours: Ours, peer: Peer, ab: AgentBrowser | None, base: str, p
         figures.ours_nav.append(took)
         figures.ours_nav_exec.append(ours.navigated)
         figures.peer_nav.append(peer_took)
-        _observe(f"miniwob {task}", text, peer_text, encoder, figures)
+        _observe(f"miniwob {task}", text, peer_text, encoder, figures, ours.session_text)
         if at % AGENT_BROWSER_EVERY == 0:  # a CLI process per command: ~1.2 s a page
             _agent_browser(ab, url, text, encoder, figures)
         theirs = peer.elements()
@@ -755,7 +771,8 @@ async def _todomvc(ours: Ours, peer: Peer, ab: AgentBrowser | None, base: str,
             peer_took, peer_text = await peer.navigate(url)
             figures.ours_nav.append(took)
             figures.peer_nav.append(peer_took)
-            _observe(f"todomvc {framework} (empty)", text, peer_text, encoder, figures)
+            _observe(f"todomvc {framework} (empty)", text, peer_text, encoder, figures,
+                     ours.session_text)  # fmt: skip
             _agent_browser(ab, url, text, encoder, figures)
             for todo in TODOS:
                 new = _our_ref(ours, "text")
@@ -950,6 +967,9 @@ def run(quick: bool = False, verbose: bool = False, dump: Path | None = None) ->
         tokens <= GOALS["tokens"] * peer_tokens, "")  # fmt: skip
     row("first observation tokens, without operations", bare, peer_tokens, "≤ 0.5× peer",
         bare <= GOALS["tokens"] * peer_tokens, "")  # fmt: skip
+    session = _median(figures.ours_tokens_session)
+    row("first observation tokens in a session (pull since the last)", session, peer_tokens,
+        "≤ 0.5× peer", session <= GOALS["tokens"] * peer_tokens, "")  # fmt: skip
     doc_ours = _median([r[1] for r in figures.doc_rows])
     doc_bare = _median([r[2] for r in figures.doc_rows])
     doc_peer = _median([r[3] for r in figures.doc_rows])
@@ -1019,6 +1039,7 @@ def run(quick: bool = False, verbose: bool = False, dump: Path | None = None) ->
     return {
         "browser_tokens_ratio": bare / peer_tokens,
         "browser_tokens_ratio_with_ops": tokens / peer_tokens,
+        "browser_tokens_ratio_session": session / peer_tokens,
         "browser_docs_ratio": doc_bare / doc_peer,
         "browser_coverage": coverage,
         "browser_coverage_actionable": acting,
