@@ -15,6 +15,7 @@ MODULES = [
     "bench_desktop",
     "bench_sandbox",
     "bench_store",
+    "bench_fleet",
     "bench_hostile",
     "bench_scale",
     "bench_tokens",

@@ -16,7 +16,7 @@ from ray import cluster_utils
 
 from aotui.supervisor.fleet.actors import NAMESPACE
 
-__all__ = ["HEALTH", "NODE", "ray_cluster"]
+__all__ = ["HEALTH", "NODE", "kill_node", "ray_cluster"]
 
 #: Each worker node's share of the machine, as Ray is told: small (2 cores shared with others).
 NODE: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 80 << 20, "memory": 4 << 30}
@@ -64,3 +64,22 @@ def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
                 process.kill()
         psutil.wait_procs(left, timeout=5)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def kill_node(cluster: Any, node: Any) -> None:
+    """Lose ``node`` as a machine is lost: every process on it killed at once (its raylet, the
+    actors' workers, their supervisors and apps), nothing said to the head."""
+    raylets = [info.process.pid for info in node.all_processes.get("raylet", [])]
+    doomed: list[psutil.Process] = []
+    for pid in raylets:
+        with contextlib.suppress(psutil.Error):
+            raylet = psutil.Process(pid)
+            doomed += [raylet, *raylet.children(recursive=True)]
+    for process in doomed:
+        with contextlib.suppress(psutil.Error):
+            process.suspend()  # none of them acts after the first is killed
+    for process in doomed:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(doomed, timeout=10)
+    cluster.remove_node(node, allow_graceful=False)

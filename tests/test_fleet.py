@@ -38,7 +38,7 @@ from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip with
 )
 from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
 from aotui.supervisor.fleet.registry import Registry  # noqa: E402
-from tests.fleet_cluster import NODE, ray_cluster  # noqa: E402
+from tests.fleet_cluster import NODE, kill_node, ray_cluster  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -277,7 +277,7 @@ def test_desktops_answer_again_by_name_after_their_node_is_lost(fleet: Fleet) ->
     victim = max(fleet.workers, key=lambda node: list(placed.values()).count(node.node_id))
     moved = [name for name in names if placed[name] == victim.node_id]
     assert moved, placed
-    fleet.cluster.remove_node(victim, allow_graceful=False)
+    kill_node(fleet.cluster, victim)
     fleet.workers.remove(victim)
     time.sleep(8)
     stop.set()
