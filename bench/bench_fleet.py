@@ -142,20 +142,30 @@ def bench_node_loss(
     return {"fleet_node_loss_p50_s": p50, "fleet_node_loss_p99_s": p99}
 
 
-def bench_resume(fleet: FleetClient, settings: FleetSettings, runs: int = 8) -> float:
-    """p50 of resume → first snapshot of a hibernated desktop of ``settings``' apps."""
-    actor = desktop_actor("bench-resume", settings)
-    desktop = fleet.desktop("bench-resume")
+def bench_resume(
+    fleet: FleetClient, settings: FleetSettings, runs: int = 8, released: bool = False
+) -> float:
+    """p50 of resume → first snapshot of a hibernated desktop of ``settings``' apps; with
+    ``released``, its actor gone too (only rows left: the call makes a new actor)."""
+    name = "bench-released" if released else "bench-resume"
+    actor = desktop_actor(name, settings)
+    desktop = fleet.desktop(name)
     opened = desktop.status()["apps"]
     for app in opened:  # every app open: they all start again on resume
         desktop.execute(OPEN.format(app=app["app"]))
     samples = []
     for _ in range(runs):
         assert ray.get(actor.hibernate.remote(), timeout=60)
+        if released:
+            ray.kill(actor, no_restart=True)
+            while _exists(name):
+                time.sleep(0.05)
         began = time.perf_counter()
         text = desktop.snapshot()
         samples.append((time.perf_counter() - began) * 1000)
         assert "app_0" in text
+        if released:
+            actor = ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
     print(
         f"resume ({len(opened)} apps open) -> first snapshot: "
         + ", ".join(f"{x:.0f}" for x in samples)
@@ -163,6 +173,14 @@ def bench_resume(fleet: FleetClient, settings: FleetSettings, runs: int = 8) -> 
     )
     desktop.close()
     return _pct(samples, 0.5)
+
+
+def _exists(name: str) -> bool:
+    try:
+        ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
 
 
 def run() -> dict[str, float]:
@@ -181,14 +199,17 @@ def run() -> dict[str, float]:
             shelf.mkdir()
             Path(runtime).chmod(0o755)  # as root, the workers' own uids read the apps
             apps = _copies(TEST_APPS / "echo", 10, shelf)
-            settings = FleetSettings(
-                url, _config(apps[:1]), runtime, num_cpus=0.05, memory=64 << 20
-            )
-            ray.get(router_actor(settings).get_settings.remote(), timeout=120)
+            ten = FleetSettings(url, _config(apps), runtime, num_cpus=0.05, memory=64 << 20)
+            ray.get(router_actor(ten).get_settings.remote(), timeout=120)
             fleet = FleetClient(cluster.address)
             figures.update(bench_call(fleet))
-            ten = FleetSettings(url, _config(apps), runtime, num_cpus=0.05, memory=64 << 20)
             resume_10 = bench_resume(fleet, ten)
+            resume_released = bench_resume(fleet, ten, runs=4, released=True)
+            print(
+                f"resume of a released desktop (only rows: a new actor first): "
+                f"p50 {resume_released:.0f} ms"
+            )
+            figures["fleet_resume_released_p50_ms"] = resume_released
             registry = Registry(url)
             for i in range(1000):
                 registry.record(f"held-{i}", "hibernated", "", time.time())

@@ -203,6 +203,27 @@ def test_hibernate_kill_9_resume_keeps_the_state(fleet: Fleet) -> None:
     assert _bump(desktop) == 4
 
 
+def test_a_released_desktop_is_only_rows_until_its_next_call(fleet: Fleet) -> None:
+    """Hibernated past release_s, the actor exits too: nothing of the desktop runs; the next
+    call makes a new actor, which resumes it from PostgreSQL."""
+    desktop_actor("theta", replace(fleet.settings, idle_s=0.5, release_s=0.5))
+    desktop = fleet.client.desktop("theta")
+    desktop.execute(OPEN)
+    assert _bump(desktop) == 1
+    info = fleet.info("theta")
+    gone = psutil.wait_procs(
+        [psutil.Process(info["pid"]), psutil.Process(info["actor_pid"])], timeout=20
+    )[0]
+    assert len(gone) == 2, "the supervisor and the actor still run 20 s after the last use"
+    with pytest.raises(ValueError, match="theta"):
+        ray.get_actor(DESKTOP_PREFIX + "theta", namespace=NAMESPACE)
+    row = fleet.registry.desktop("theta")
+    assert row is not None
+    assert row.state == "hibernated"
+    assert _bump(desktop) == 2
+    assert fleet.info("theta")["actor_pid"] != info["actor_pid"]
+
+
 def _aotui(*words: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(AOTUI), *words], capture_output=True, text=True, timeout=90, check=False

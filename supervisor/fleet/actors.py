@@ -43,6 +43,7 @@ from aotui.supervisor.interface.launch import AOTUI, DesktopLaunch, LaunchedDesk
 
 __all__ = [
     "DESKTOP_PREFIX",
+    "MOVED",
     "NAMESPACE",
     "ROUTER",
     "DesktopActor",
@@ -91,6 +92,9 @@ class FleetSettings:
     runtime_base: str = ""
     #: Seconds without a call before a desktop hibernates; 0: never.
     idle_s: float = 0.0
+    #: Seconds hibernated before its actor exits too, leaving only rows; 0: the actor stays
+    #: (a resume then needs no new actor process: faster, but one idle process per desktop).
+    release_s: float = 0.0
     #: What Ray places each desktop by: CPUs and memory (bytes).
     num_cpus: float = 0.1
     memory: int = 256 << 20
@@ -114,6 +118,10 @@ def decode_reply(reply: Any) -> Any:
     return reply["value"]
 
 
+#: The answer of an actor that is exiting: the caller sends the call to the desktop's next actor.
+MOVED: dict[str, Any] = {"moved": True}
+
+
 def _error_reply(exc: AotuiError) -> dict[str, Any]:
     return {"error": exc.code.value, "message": exc.message, "data": dict(exc.data)}
 
@@ -131,9 +139,11 @@ class DesktopActor:
         self._sessions: dict[str, Client] = {}
         self._turns: dict[str, threading.Lock] = {}
         self._in_flight = 0
+        #: The actor is exiting (released while hibernated): calls go to a new one.
+        self._released = False
         self._desktop: LaunchedDesktop | None = None
         self._runtime: Path | None = None
-        self.last_use = time.time()
+        self.last_use = self._born = time.time()
         row = self.registry.desktop(name)
         if row is None or row.state != "hibernated":
             self._start()  # a restart on another node: from the store at once
@@ -178,12 +188,22 @@ class DesktopActor:
             self._runtime = None
 
     def _watch_idle(self) -> None:
+        settings = self.settings
         while True:
-            time.sleep(min(1.0, self.settings.idle_s / 4))
+            time.sleep(min(1.0, settings.idle_s / 4))
             with self._lock:
-                idle = time.time() - self.last_use
-                if self._desktop and not self._in_flight and idle > self.settings.idle_s:
+                # Since its last use, or since this actor started (a new actor is not released
+                # before its first call comes).
+                idle = time.time() - max(self.last_use, self._born)
+                if self._in_flight:
+                    continue
+                if self._desktop and idle > settings.idle_s:
                     self.hibernate()
+                elif settings.release_s and idle > settings.idle_s + settings.release_s:
+                    # Only rows are left: calls from now on are sent to a new actor.
+                    self._released = True
+                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+                    return
 
     # --- what the fleet calls -------------------------------------------------------------------
 
@@ -201,30 +221,34 @@ class DesktopActor:
             return _error_reply(
                 AotuiError(ErrorCode.E_INVALID_CMD, f"a fleet desktop has no method {method!r}")
             )
-        if command_id is not None:
-            earlier = self.registry.begin(self.name, command_id)
-            if earlier is not None:
-                return self._earlier(command_id, *earlier)
+        with self._lock:
+            if self._released:
+                return MOVED
+            self._in_flight += 1  # not hibernated nor released while it runs
+            self.last_use = time.time()
         try:
-            client, turn = self._session(session)
+            if command_id is not None:
+                earlier = self.registry.begin(self.name, command_id)
+                if earlier is not None:
+                    return self._earlier(command_id, *earlier)
             try:
+                client, turn = self._session(session)
                 with turn:  # one call at a time per session (a Client is not thread-safe)
                     reply = encode_reply(getattr(client, method)(*args, **kwargs))
-            finally:
-                with self._lock:
-                    self._in_flight -= 1
-                    self.last_use = time.time()
-        except AotuiError as exc:
-            reply = _error_reply(exc)
-        if command_id is not None:
-            self.registry.finish(self.name, command_id, reply)
-        return reply
+            except AotuiError as exc:
+                reply = _error_reply(exc)
+            if command_id is not None:
+                self.registry.finish(self.name, command_id, reply)
+            return reply
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self.last_use = time.time()
 
     def _session(self, session: str) -> tuple[Client, threading.Lock]:
         """``session``'s client and its turn; the supervisor started first if it is not (a
-        hibernated desktop resumes here). Counts the call in flight: none hibernates it."""
+        hibernated desktop resumes here)."""
         with self._lock:
-            self.last_use = time.time()
             if self._desktop is None:
                 self._start()
             assert self._desktop is not None
@@ -232,7 +256,6 @@ class DesktopActor:
             if client is None:
                 client = self._sessions[session] = self._desktop.client()
                 self._turns[session] = threading.Lock()
-            self._in_flight += 1
             return client, self._turns[session]
 
     def _earlier(self, command_id: str, state: str, reply: Any) -> Any:

@@ -48,6 +48,12 @@ def _parser() -> FleetArgs:
     up.add_argument(
         "--idle-s", type=float, default=0.0, help="hibernate a desktop idle this long (0: never)"
     )
+    up.add_argument(
+        "--release-s",
+        type=float,
+        default=0.0,
+        help="a desktop hibernated this long more is only rows: its actor exits (0: never)",
+    )
     up.add_argument("--cpus", type=float, default=0.1, help="CPUs Ray reserves per desktop")
     up.add_argument("--memory-mb", type=int, default=256, help="memory Ray reserves per desktop")
     up.add_argument("--local-cpus", type=int, default=2, help="with --local: the head's CPUs")
@@ -88,7 +94,7 @@ def _up(args: argparse.Namespace, inner: argparse.Namespace) -> int:
         address = _start_local(inner.local_cpus)
     config = Path(inner.config).read_text() if inner.config else ""
     wanted = FleetSettings(
-        inner.store, config, idle_s=inner.idle_s, num_cpus=inner.cpus,
+        inner.store, config, idle_s=inner.idle_s, release_s=inner.release_s, num_cpus=inner.cpus,
         memory=inner.memory_mb << 20,
     )  # fmt: skip
     connect(address)

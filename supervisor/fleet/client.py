@@ -29,6 +29,7 @@ from aotui.supervisor.fleet.actors import (
     CHANGING,
     DESKTOP_PREFIX,
     FORWARDED,
+    MOVED,
     NAMESPACE,
     ROUTER,
     decode_reply,
@@ -159,6 +160,10 @@ class FleetDesktop(_Typed):
                         ),
                         {"took_effect": "unknown", "command_id": command_id},
                     ) from None
+                time.sleep(RETRY_S)
+                continue
+            if reply == MOVED:  # its actor exits (released while hibernated): the next one
+                self._actor = None
                 time.sleep(RETRY_S)
                 continue
             return decode_reply(reply)
