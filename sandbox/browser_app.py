@@ -10,7 +10,7 @@ Views: ``Tabs`` (the open tabs, each a link to its view, and ``new_tab``) and on
 (key ``tab:N``), the page read generically (:mod:`sandbox.web_generic`: visible structure as
 Markdown, a ref on everything an agent can act on) with its URL on top, its WebMCP tools, and the
 tab's operations: ``navigate``, ``back``, ``forward``, ``reload``, ``click``, ``type``,
-``select``, ``check``, ``press``, ``scroll``, ``wait_for``, ``find``, ``set_viewport``,
+``select``, ``check``, ``press``, ``scroll``, ``hover``, ``wait_for``, ``find``, ``set_viewport``,
 ``new_tab`` and ``close_tab``. Each answers once the page has settled, with what changed (URL,
 title), never a whole page. The open tabs and their URLs are the app's stored data: after a
 restart the same tabs open at the same URLs.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,8 +34,14 @@ from aotui.sandbox.assist_policy import CATALOG_SCRIPT, action_of, origin_of, pa
 from aotui.sandbox.cdp import CDPError
 from aotui.sandbox.render import render_view
 from aotui.sandbox.sdk import App, ConfirmationRequired, OperationCall, View, operation
-from aotui.sandbox.web_generic import OPERATIONS, QUIET_MS, GenericOperation, GenericPage
-from aotui.sandbox.web_page import LOAD_TIMEOUT_S, OPERATION_TIMEOUT_S, Page, PageHost
+from aotui.sandbox.web_generic import (
+    INPUT_QUIET_MS,
+    OPERATIONS,
+    QUIET_MS,
+    GenericOperation,
+    GenericPage,
+)
+from aotui.sandbox.web_page import LOAD_TIMEOUT_S, OPERATION_TIMEOUT_S, PARSED, Page, PageHost
 from aotui.sandbox.webapp import EveryOperation
 
 __all__ = ["AWI_METHODS", "MAX_TABS", "TAB_OPERATIONS", "BrowserApp", "TabView", "TabsView"]
@@ -381,7 +388,7 @@ class BrowserApp(App):
                     {"arg": "url"},
                 )
             was = page.cdp("Page.getNavigationHistory", {})
-            error = page.navigate(url, LOAD_TIMEOUT_S)
+            error = page.navigate(url, LOAD_TIMEOUT_S, PARSED)
             if error:
                 self._leave_error_page(page, was)
         else:
@@ -402,8 +409,22 @@ class BrowserApp(App):
             raise AotuiError(
                 ErrorCode.E_APP_ERROR, f"{how} to {sanitize(url, limit=200)} failed: {error}"
             )
-        page.settle(how, QUIET_MS)
+        self._settle_loaded(page, how)
         self._note_location(None, tab)
+
+    @staticmethod
+    def _settle_loaded(page: Page, how: str) -> None:
+        """Wait for a document parsed (its DOMContentLoaded) to settle: no DOM change for a
+        quiet window, and no request of the page answered during it (a fetch's answer, an
+        async script or an image may change the page after it: then the window starts again).
+        Not the load event: a page is read once it stops changing, not once its last image is
+        in (a remote image would hold every navigate)."""
+        deadline = time.monotonic() + OPERATION_TIMEOUT_S
+        while True:
+            served = page.served
+            page.settle(how, INPUT_QUIET_MS, max(0.1, deadline - time.monotonic()))
+            if page.served == served or time.monotonic() >= deadline:
+                return
 
     def _leave_error_page(self, page: Page, was: dict[str, Any]) -> None:
         """A failed navigation leaves Chromium's error page in the tab: back to where it was,
@@ -421,13 +442,13 @@ class BrowserApp(App):
         entry = was["entries"][int(was["currentIndex"])]
         page.forget_navigations()
         page.cdp("Page.navigateToHistoryEntry", {"entryId": entry["id"]})
-        page.wait_navigation(LOAD_TIMEOUT_S, "going back from the error page")
+        page.wait_navigation(LOAD_TIMEOUT_S, "going back from the error page", PARSED)
 
     def _history(self, page: Page, how: str) -> str:
         if how == "reload":
             page.forget_navigations()
             page.cdp("Page.reload", {})
-            page.wait_navigation(LOAD_TIMEOUT_S, "reload")
+            page.wait_navigation(LOAD_TIMEOUT_S, "reload", PARSED)
             return ""
         history = page.cdp("Page.getNavigationHistory", {})
         at = int(history["currentIndex"]) + (-1 if how == "back" else 1)
@@ -438,7 +459,7 @@ class BrowserApp(App):
             )
         page.forget_navigations()
         page.cdp("Page.navigateToHistoryEntry", {"entryId": entries[at]["id"]})
-        page.wait_navigation(LOAD_TIMEOUT_S, how)
+        page.wait_navigation(LOAD_TIMEOUT_S, how, PARSED)
         return ""
 
     def _note_location(self, key: str | None, tab: Tab) -> None:

@@ -6,6 +6,7 @@ in, what is checked, what is selected. Acting on a form is what ``operation`` is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from lxml.etree import _Element as Element
@@ -15,17 +16,29 @@ from aotui.sandbox.flow import collapse
 __all__ = ["control", "input_text", "select_text"]
 
 _BUTTONS = frozenset({"submit", "button", "reset", "image"})
+_SPACES = re.compile(r"\s+")
 
 
-def control(name: str, fields: dict[str, str | None]) -> str:
-    """A control as ``[name key="value" …]``; empty fields are left out."""
+def control(name: str, fields: dict[str, str | None], *, disabled: bool = False) -> str:
+    """A control as ``[name key="value" …]``; empty fields are left out, ``disabled`` last.
+
+    Whitespace collapses as a browser shows an attribute's text, but for a field's ``value``,
+    which keeps a space at its ends: text to copy must read as it is (``value="foo "``).
+    """
     parts = [name]
     for key, raw in fields.items():
-        value = collapse(raw)
+        value = _ends_kept(raw) if key == "value" else collapse(raw)
         if value:
             quoted = value.replace('"', '\\"')
             parts.append(f'{key}="{quoted}"')
+    if disabled:
+        parts.append("disabled")
     return "[" + " ".join(parts) + "]"
+
+
+def _ends_kept(text: str | None) -> str:
+    """``text`` with each whitespace run one space, those at its ends kept."""
+    return _SPACES.sub(" ", text) if text else ""
 
 
 def input_text(el: Element) -> str:
@@ -39,20 +52,19 @@ def input_text(el: Element) -> str:
         return box[0] if on else box[1]
     if kind in _BUTTONS:
         return " " + collapse(el.get("value") or el.get("alt")) + " "
-    value = "" if kind == "password" else collapse(el.get("value"))
+    value = "" if kind == "password" else el.get("value") or ""
     fields = {"type": kind if kind != "text" else "", "name": el.get("name"), "value": value}
-    if not value:
+    if not value.strip():
         fields["placeholder"] = el.get("placeholder")
-    return control("input", fields)
+    return control("input", fields, disabled=el.get("disabled") is not None)
 
 
 def textarea_text(el: Element, content: str) -> str:
-    """A ``<textarea>`` with its (collapsed) content as the value."""
-    value = collapse(content)
-    fields = {"name": el.get("name"), "value": value}
-    if not value:
+    """A ``<textarea>`` with its content as the value."""
+    fields = {"name": el.get("name"), "value": content}
+    if not content.strip():
         fields["placeholder"] = el.get("placeholder")
-    return control("textarea", fields)
+    return control("textarea", fields, disabled=el.get("disabled") is not None)
 
 
 def select_text(el: Element, options: Sequence[Element], labels: Sequence[str]) -> str:
@@ -63,5 +75,5 @@ def select_text(el: Element, options: Sequence[Element], labels: Sequence[str]) 
     shown = " | ".join(
         f"{label} (selected)" if on else label for label, on in zip(labels, chosen, strict=True)
     )
-    head = control("select", {"name": el.get("name")})
+    head = control("select", {"name": el.get("name")}, disabled=el.get("disabled") is not None)
     return head[:-1] + f": {shown}]" if shown else head

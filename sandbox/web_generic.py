@@ -16,6 +16,7 @@ Each operation answers once the page has settled: no DOM change for two task tur
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
@@ -57,15 +58,25 @@ OPERATIONS: dict[str, GenericOperation] = {
         {"target": "control", "text": "string", "submit?": "boolean"},
         "Replace the text; --submit presses Enter",
     ),
-    "select": GenericOperation({"target": "control", "value": "string"}, "Label or value"),
+    "select": GenericOperation(
+        {"target": "control", "value": "string"}, "Label or value; a multiple select: a, b"
+    ),
     "check": GenericOperation({"target": "control", "checked?": "boolean"}, ""),
     "press": GenericOperation(
         {"key": "string", "target?": "control"}, "Enter, Tab, Escape, ArrowDown, a, Control+a"
     ),
     "scroll": GenericOperation(
-        {"direction?": "string", "target?": "control"}, "down, up, top, bottom, or to --target"
+        {"direction?": "string", "target?": "control"},
+        "down, up, top, bottom; --target alone: to it, with --direction: within it",
     ),
+    "hover": GenericOperation({"target": "control"}, "Move the mouse onto it (a hover menu)"),
 }
+#: Listener types that make an element a control (sandbox/assets/generic.js ``bound``).
+_CLICKS = frozenset({"click", "mousedown", "mouseup", "pointerdown", "pointerup", "dblclick"})
+#: Elements with a click listener marked at most, per read (a page listening on thousands of
+#: elements is read without the rest: each costs a CDP call).
+MAX_LISTENED = 400
+_LISTEN = "function(...els) { __aotuiGeneric.listen(...els); }"
 
 #: Named keys: ``key`` → (``code``, Windows virtual key code, the text it types).
 KEYS: dict[str, tuple[str, int, str]] = {
@@ -113,6 +124,8 @@ class GenericPage:
         self.call_timeout_s = call_timeout_s
         self._world: int | None = None
         self._source = _script()
+        #: The backend node ids of elements already marked as listened to, in this world.
+        self._listened: set[int] = set()
         #: The ``data-value`` of the target named last: the element as the agent read it.
         self._seen: dict[str, Any] = {}
 
@@ -133,6 +146,7 @@ class GenericPage:
         ``budget`` (characters of HTML, 0: none) folds a longer page's blocks far from the
         viewport to their headings.
         """
+        self._mark_listened()
         page = self._call(f"__aotuiGeneric.render({int(budget)})")
         title = html.escape(str(page.get("title") or "Page"))
         declared = "".join(
@@ -142,6 +156,54 @@ class GenericPage:
         )
         body = page.get("body", "")
         return f'<section view="{title}">{header}{body}{declared}{operations_html}</section>'
+
+    def _mark_listened(self) -> None:
+        """Tell the reader which elements the page listens to clicks on.
+
+        Its isolated world cannot see the page's listeners; CDP can: one call lists those of the
+        page's own world (``backendNodeId``, asked of the main world's ``document``: CDP lists
+        the listeners of the object's world), and each element not marked yet is resolved into
+        the reader's world and marked (``__aotuiGeneric.listen``). Nodes gone since are skipped.
+        Not into shadow roots: ``pierce`` made Chromium 150's renderer crash at the next
+        navigation after a few edits of a textarea (MiniWoB copy-paste, then any page).
+        """
+        self._call("0")  # the world, made again if the document was replaced
+        group = {"objectGroup": _WORLD}
+        try:
+            # ``document`` is unforgeable: a page cannot hand another object for it.
+            main = self._cdp("Runtime.evaluate", {"expression": "document", **group})
+            found = self._cdp(
+                "DOMDebugger.getEventListeners",
+                {"objectId": main["result"]["objectId"], "depth": -1, "pierce": False},
+            )["listeners"]
+            fresh = []
+            for listener in found:
+                node = listener.get("backendNodeId")
+                if listener.get("type") in _CLICKS and node and node not in self._listened:
+                    self._listened.add(node)
+                    fresh.append(node)
+            handles = []
+            for node in fresh[:MAX_LISTENED]:
+                where = {"backendNodeId": node, "executionContextId": self._world, **group}
+                try:
+                    resolved = self._cdp("DOM.resolveNode", where)
+                except CDPError:
+                    continue  # gone since
+                handles.append({"objectId": resolved["object"]["objectId"]})
+            if handles:
+                ours = self._cdp(
+                    "Runtime.evaluate",
+                    {"expression": "document", "contextId": self._world, **group},
+                )
+                call = {"functionDeclaration": _LISTEN, "arguments": handles}
+                self._cdp(
+                    "Runtime.callFunctionOn", {"objectId": ours["result"]["objectId"], **call}
+                )
+        except CDPError:
+            return  # read without: a page whose listeners cannot be listed reads as before
+        finally:
+            with contextlib.suppress(CDPError):
+                self._cdp("Runtime.releaseObjectGroup", group)
 
     def evaluate(self, expression: str, *, await_promise: bool = False) -> Any:
         """``expression``'s JSON value in the reader's isolated world (``__aotuiGeneric`` there)."""
@@ -185,9 +247,13 @@ class GenericPage:
             raise self._refused(args, "is not a select; click it or type into it instead")
         if "chosen" not in found:
             options = ", ".join(found.get("options", [])) or "none"
+            missing = found.get("missing") or [args["value"]]
+            wanted = " nor ".join(repr(str(m)) for m in missing)
             raise AotuiError(
                 ErrorCode.E_INVALID_CMD,
-                f"{_ref(ident)} has no option {args['value']!r} (its options: {options})",
+                f"{_ref(ident)} has no option {wanted} (its options: {options}); nothing "
+                "was selected",
+                {"arg": "value"},
             )
 
     def _check(self, args: Any, keys: Any) -> None:
@@ -197,15 +263,20 @@ class GenericPage:
         if self._on(ident, "g.checked(el)") != bool(args.get("checked", True)):
             self._click_at(ident)
 
+    def _hover(self, args: Any, keys: Any) -> None:
+        """The mouse moved onto the element's centre (where it is hit): what a hover opens."""
+        ident = self._target(args, keys)
+        point = self._on(ident, "g.point(el)")
+        if not point:
+            raise self._refused(args, "has no area to move the mouse onto")
+        self._mouse("mouseMoved", {"x": point["x"], "y": point["y"]})
+
     def _press(self, args: Any, keys: Any) -> None:
         if "target" in args:
             self._on(self._target(args, keys), "el.focus()")
         self._key(str(args["key"]))
 
     def _scroll(self, args: Any, keys: Any) -> None:
-        if "target" in args:
-            self._on(self._target(args, keys), "el.scrollIntoView({block: 'center'})")
-            return
         direction = str(args.get("direction", "down")).strip().lower()
         if direction not in _DIRECTIONS:
             raise AotuiError(
@@ -213,6 +284,13 @@ class GenericPage:
                 f"--direction {direction!r} is not one of {', '.join(_DIRECTIONS)}",
                 {"arg": "direction"},
             )
+        if "target" in args:
+            ident = self._target(args, keys)
+            if "direction" not in args:
+                self._on(ident, "el.scrollIntoView({block: 'center'})")
+            elif not self._on(ident, f"g.scrollIn(el, {json.dumps(direction)})"):
+                raise self._refused(args, "does not scroll, nor does anything around it")
+            return
         step = {
             "down": "scrollBy(0, innerHeight * 0.8)",
             "up": "scrollBy(0, -innerHeight * 0.8)",
@@ -264,11 +342,19 @@ class GenericPage:
     def _click_at(self, ident: int) -> None:
         """A trusted click at the element's centre; the DOM's own click where it is covered."""
         point = self._on(ident, "g.point(el)")
+        if point and point.get("reaches"):
+            self._mouse("mouseMoved", {"x": point["x"], "y": point["y"]})
+            # The pointer over it may change its box (a :hover picture not loaded yet, a hover
+            # effect that grows it): then the click waits for the page to settle and aims again.
+            moved = self._on(ident, "g.point(el)")
+            if moved and moved.get("box") != point.get("box"):
+                self._settle("the pointer's move")
+                moved = self._on(ident, "g.point(el)")
+            point = moved
         if not point or not point.get("reaches"):
             self._on(ident, "el.click()")
             return
         where = {"x": point["x"], "y": point["y"]}
-        self._mouse("mouseMoved", where)
         self._mouse("mousePressed", {**where, "button": "left", "clickCount": 1})
         self._mouse("mouseReleased", {**where, "button": "left", "clickCount": 1})
 
@@ -377,6 +463,7 @@ class GenericPage:
         world = int(made["executionContextId"])
         self._cdp("Runtime.evaluate", {"expression": self._source, "contextId": world})
         self._world = world
+        self._listened = set()
         return world
 
 

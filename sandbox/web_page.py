@@ -54,8 +54,12 @@ WORLD = "aotui-web"
 _BINDING = "__aotuiSignal"
 _DROPPED_HEADERS = {"content-encoding", "content-length", "transfer-encoding", "connection"}
 _CRASHES = ("Inspector.targetCrashed", "Target.targetCrashed", "Inspector.detached")
-#: Events kept for a waiter rather than handled: a document loaded, a same-document navigation.
-_WAITED = ("Page.loadEventFired", "Page.navigatedWithinDocument")
+#: Events kept for a waiter rather than handled: a document loaded (or parsed), a
+#: same-document navigation.
+_WAITED = ("Page.loadEventFired", "Page.domContentEventFired", "Page.navigatedWithinDocument")
+#: A document parsed and its deferred scripts run (not yet its images or async scripts).
+PARSED = "Page.domContentEventFired"
+LOADED = "Page.loadEventFired"
 
 
 class BrowserGone(BaseException):
@@ -288,6 +292,8 @@ class Page:
         #: The page's requests refused since the current operation began (CONTRACT §10: an
         #: operation that fails that way answers E_PERMISSION).
         self.refused: list[str] = []
+        #: Requests of this page answered so far (a settle that saw one may not be the last).
+        self.served = 0
 
     def start(self) -> None:
         """Turn on what the runtime uses, in this target."""
@@ -322,6 +328,7 @@ class Page:
         """One CDP event of this page; ``False`` keeps it for a waiter (a load event)."""
         params = message.get("params") or {}
         if method == "Fetch.requestPaused":
+            self.served += 1
             self.host.serve(self, params)
         elif method == "Runtime.bindingCalled" and params.get("name") == _BINDING:
             self.note_state(params.get("payload"))
@@ -356,15 +363,15 @@ class Page:
 
     # --- loading and waiting ------------------------------------------------------------------
 
-    def navigate(self, url: str, timeout_s: float = LOAD_TIMEOUT_S) -> str:
-        """Load ``url`` and wait for its load event (a same-document navigation has none); the
-        browser's error text, or ``""``."""
+    def navigate(self, url: str, timeout_s: float = LOAD_TIMEOUT_S, ready: str = LOADED) -> str:
+        """Load ``url`` and wait for its ``ready`` event, :data:`LOADED` or :data:`PARSED` (a
+        same-document navigation has none); the browser's error text, or ``""``."""
         self.forget_navigations()
         reply = self.cdp("Page.navigate", {"url": url}, timeout_s)
         if reply.get("errorText"):
             return str(reply["errorText"])
         if reply.get("loaderId"):  # a new document (its runtime's world replaces the old one's
-            self.wait_load(timeout_s, url)  # by Runtime events: see _track_context)
+            self.wait_load(timeout_s, url, ready)  # by Runtime events: see _track_context)
         return ""
 
     def forget_navigations(self) -> None:
@@ -373,23 +380,23 @@ class Page:
         for _event in self.host.pipe.events():
             pass
 
-    def wait_navigation(self, timeout_s: float, what: str) -> bool:
-        """Wait for a load or a same-document navigation; whether a new document loaded."""
+    def wait_navigation(self, timeout_s: float, what: str, ready: str = LOADED) -> bool:
+        """Wait for a document's ``ready`` event or a same-document navigation; whether a new
+        document came."""
+        waited = (ready, "Page.navigatedWithinDocument")
         try:
-            event = self.host.pipe.wait_any(_WAITED, session=self.session, timeout_s=timeout_s)
+            event = self.host.pipe.wait_any(waited, session=self.session, timeout_s=timeout_s)
         except CDPTimeout:
             raise AotuiError(
                 ErrorCode.E_TIMEOUT, f"{what} did not finish loading in {timeout_s:g} s"
             ) from None
         except CDPFailure as exc:
             self.host.gone(exc)
-        return bool(event["method"] == "Page.loadEventFired")
+        return bool(event["method"] == ready)
 
-    def wait_load(self, timeout_s: float, what: str) -> None:
+    def wait_load(self, timeout_s: float, what: str, ready: str = LOADED) -> None:
         try:
-            self.host.pipe.wait_event(
-                "Page.loadEventFired", session=self.session, timeout_s=timeout_s
-            )
+            self.host.pipe.wait_event(ready, session=self.session, timeout_s=timeout_s)
         except CDPTimeout:
             raise AotuiError(
                 ErrorCode.E_TIMEOUT, f"{what} did not finish loading in {timeout_s:g} s"

@@ -565,3 +565,55 @@ def test_the_desktop_config_narrows_the_browsers_grants(
         refused.value.message
     )
     assert tab(desktop)[1].startswith("URL: about:blank")  # it stayed where it was
+
+
+LATE = """<!doctype html><html><head><title>Late</title></head><body><h1>Orders</h1>
+<ul id="list"></ul><script>
+  const show = (orders) => { for (const o of orders) document.querySelector("#list").append(
+      Object.assign(document.createElement("li"), {textContent: o})); };
+  setTimeout(() => fetch("/slow/orders").then((r) => r.json()).then((orders) => {
+    setTimeout(() => show(orders), 8);  // drawn a little after the answer, as frameworks do
+  }), 5);
+</script></body></html>"""
+
+
+class _Slow(_Quiet):
+    """The test's pages, and /slow/orders answered 300 ms late."""
+
+    def do_GET(self) -> None:
+        if self.path != "/slow/orders":
+            super().do_GET()
+            return
+        time.sleep(0.3)
+        body = json.dumps(["Tea", "Cake"]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_navigate_answers_once_what_the_page_fetched_after_loading_is_in(
+    desktop: RunningDesktop, tmp_path: Path
+) -> None:
+    # A page is read once it is parsed and has stopped changing; a request it makes meanwhile
+    # (5 ms after it is parsed, answered 300 ms late, longer than the quiet window) holds the
+    # answer until its change is in, so the next pull shows the orders.
+    root = tmp_path / "late"
+    root.mkdir()
+    (root / "index.html").write_text(LATE)
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Slow, directory=str(root))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        view, _ = tab(desktop)
+        base = f"http://localhost:{server.server_address[1]}"
+        assert run(desktop, view, f"navigate --url {base}/index.html")["title"] == "Late"
+        _, page = tab(desktop, "Late")
+        assert "- Tea\n- Cake" in page, page
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

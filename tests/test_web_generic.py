@@ -25,6 +25,7 @@ import pytest
 from aotui.protocol.args import coerce_args, parse_arg_schema
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.grammar import parse_commands
+from aotui.protocol.structure import sanitize
 from aotui.sandbox import browser
 from aotui.sandbox.render import RenderedView, render_view
 from aotui.sandbox.sdk import OperationCall
@@ -225,7 +226,7 @@ def test_a_page_reads_as_markdown_of_its_visible_structure_with_refs(
     for gone in ("Hidden", "Invisible", "Zero", "Clipped"):
         assert gone not in markdown
     assert [op.op_id for op in agent.seen.operations] == [  # type: ignore[union-attr]
-        "click", "type", "select", "check", "press", "scroll",
+        "click", "type", "select", "check", "press", "scroll", "hover",
     ]  # fmt: skip
 
 
@@ -369,6 +370,226 @@ def test_a_page_too_busy_to_answer_is_a_timeout_not_a_hang(
         with pytest.raises(AotuiError) as again:
             agent.pull()
         assert again.value.code is ErrorCode.E_TIMEOUT
+
+
+# --- what Playwright MCP gives a ref, and MiniWoB's task types need --------------------------
+
+#: Clicks, with whether they were trusted, logged on the page's ``log``.
+LOG = (
+    "<script>window.log = []; const note = (w) => (e) => log.push(`${w}:${e.isTrusted}`);</script>"
+)
+
+FIGURE = """
+<svg width="200" height="120" onclick="log.push('figure')">
+  <circle id="c" cx="20" cy="20" r="16" fill="red" style="cursor:pointer"/>
+  <rect id="r" x="50" y="12" width="8" height="8" fill="#0000f0" style="cursor:pointer"/>
+  <text id="t" x="80" y="30" fill="green" font-size="24" style="cursor:pointer">q</text>
+  <circle id="ring" cx="150" cy="60" r="40" fill="none" stroke="black" stroke-width="8"
+          pointer-events="stroke" style="cursor:pointer"/>
+  <text x="10" y="110">Axis</text>
+</svg>
+<script>
+for (const id of ["c", "r", "t", "ring"]) document.getElementById(id).addEventListener("click",
+  (e) => { log.push(`${id}:${e.isTrusted}`); e.stopPropagation(); });
+</script>
+"""
+
+
+def test_inline_svg_shapes_get_refs_named_by_kind_size_colour_and_text(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    with served(page(tmp_path, LOG + FIGURE)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        markdown = agent.pull()
+        # Kind (or its text), then size among the figure's shapes and the colour's name.
+        for label in (
+            "[circle (large red)](control:page[",
+            "[rectangle (small blue)](control:page[",
+            "[q (large green)](control:page[",
+            "[circle (large black)](control:page[",
+        ):
+            assert label in markdown, markdown
+        assert "Axis" in markdown  # a figure's words read as text
+        # A click lands on the shape, where it is hit: a ring's centre is not on it.
+        for name in ("circle (large red)", "q (large green)", "circle (large black)"):
+            agent.run(f"click --target {agent.ref('button', name)}")
+        assert agent.evaluate("log") == ["c:true", "t:true", "ring:true"]
+
+
+CSS_ICONS = """
+<style>
+  .icon { display: inline-block; width: 14px; height: 14px; background: #888; }
+  .menu:hover { cursor: pointer; }
+</style>
+<div class="post">Ada @ada
+  <span class="icon reply"></span><span class="icon" title="Retweet"></span>
+  <span class="menu"><span class="icon more"></span>
+  <span class="icon ui-icon ui-icon-disk"></span></span>
+  <div class="row"><span class="minus">-</span> 1 <span class="plus">+</span></div>
+</div>
+<script>
+for (const el of document.querySelectorAll(".reply, [title], .more, .minus, .plus")) {
+  el.addEventListener("click", note(el.className || el.title));
+}
+document.querySelector(".row").addEventListener("click", () => log.push("row"));
+</script>
+"""
+
+
+def test_elements_the_page_listens_to_get_refs_named_by_text_title_or_class(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    with served(page(tmp_path, LOG + CSS_ICONS)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        markdown = agent.pull()
+        for label in ("[reply]", "[Retweet]", "[more]", "[-]", "[+]"):
+            assert f"{label}(control:page[" in markdown, markdown
+        # The row listens too, but holds controls of its own: it is their container.
+        assert "[- 1 +]" not in markdown
+        # An icon without a listener reads as a picture named by its classes.
+        assert "[image: disk]" in markdown
+        agent.run(f"click --target {agent.ref('button', 'reply')}")
+        agent.run(f"click --target {agent.ref('button', '+')}")
+        assert agent.evaluate("log") == ["icon reply:true", "plus:true", "row"]
+
+
+CONTROLS = """
+<textarea id="t" disabled>Terms</textarea><input placeholder="Name" disabled>
+<button disabled>Agree</button><div role="button" aria-disabled="true">Go</div>
+<fieldset disabled><label><input type="checkbox"> Keep</label></fieldset>
+<label for="s">Count</label><input id="s" role="spinbutton" value="3"><button>Submit</button>
+"""
+
+
+def test_disabled_controls_say_so_and_an_input_reads_by_its_type(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    with served(page(tmp_path, CONTROLS)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        markdown = agent.pull()
+    assert '[[textarea value="Terms" disabled]](control:page[0])' in markdown
+    assert '[[input placeholder="Name" disabled]](control:page[1])' in markdown
+    assert "[Agree (disabled)](control:page[2])[Go (disabled)](control:page[3])" in markdown
+    assert "[[ ] Keep (disabled)](control:page[4])" in markdown
+    # A spinner's field (role spinbutton) is still a field with its value, named by its label.
+    assert '[[input name="Count" value="3"]](control:page[5])' in markdown
+
+
+LIST = """
+<select id="m" multiple aria-label="Pick" size="4">
+  <option>Alpha</option><option selected>Beta</option><option>Gamma</option>
+  <option value="dj">Doe, Jane</option>
+</select>
+"""
+
+
+def test_a_multiple_select_takes_several_values_comma_separated(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    chosen = "[...document.getElementById('m').selectedOptions].map((o) => o.text)"
+    with served(page(tmp_path, LIST)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        agent.pull()
+        pick = agent.ref("combobox", "Pick")
+        agent.run(f"select --target {pick} --value 'Alpha, gamma'")
+        assert agent.evaluate(chosen) == ["Alpha", "Gamma"]  # exactly those: Beta is off
+        assert "Alpha (selected) | Beta | Gamma (selected)" in agent.pull()
+        agent.run(f"select --target {pick} --value 'Doe, Jane'")  # an option's own comma
+        assert agent.evaluate(chosen) == ["Doe, Jane"]
+        with pytest.raises(AotuiError, match="has no option 'Delta' nor 'Zeta'") as bad:
+            agent.run(f"select --target {pick} --value 'Beta, Delta, Zeta'")
+        assert bad.value.code is ErrorCode.E_INVALID_CMD
+        assert agent.evaluate(chosen) == ["Doe, Jane"]  # nothing was selected
+
+
+def test_a_fields_value_keeps_the_spaces_at_its_ends(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    body = (
+        '<input id="i"><textarea id="t"></textarea><script>i.value = "foo ";'
+        ' t.value = " a  b\\nc \\u202e";</script>'
+    )
+    with served(page(tmp_path, body)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        markdown = agent.pull()
+    shown = sanitize(markdown, lines=True, limit=None)  # what the desktop shows the agent
+    assert '[[input value="foo "]](control:page[0])' in shown
+    # Inner runs are one space, as all text; the override (U+202E) is gone, the ends are not.
+    assert '[[textarea value=" a b c "]](control:page[1])' in shown
+
+
+MENUS = """
+<style>
+  #tree li { cursor: pointer; }
+  #sub { display: none; }
+</style>
+<ul id="tree"><li>Docs<ul style="display: none"><li>a.txt</li></ul></li><li>b.txt</li></ul>
+<div role="menu"><div role="menuitem" id="play" aria-haspopup="true">Playback</div>
+<div id="sub" role="menu"><div role="menuitem">Stop</div></div></div>
+<script>
+play.addEventListener("mouseenter", () => { sub.style.display = "block"; });
+document.querySelector("#tree li").addEventListener("click", (e) => {
+  e.currentTarget.querySelector("ul").style.display = "block";
+});
+</script>
+"""
+
+
+def test_hover_opens_a_hover_menu_and_folders_read_closed_or_open(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    with served(page(tmp_path, MENUS)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        markdown = agent.pull()
+        assert "- [Docs ▸](control:page[0])\n- [b.txt](control:page[1])" in markdown
+        assert "[Playback ▸](control:page[2])" in markdown
+        assert "Stop" not in markdown
+        assert agent.run("hover --target page[2]") is None
+        assert "[Stop](control:page[" in agent.pull()
+        agent.run("click --target page[0]")
+        assert "- [Docs ▾](control:page[0])\n    - [a.txt](control:page[" in agent.pull()
+
+
+AGREEMENT = """
+<textarea id="t" style="height: 40px">%s</textarea><input id="n" disabled>
+<script>t.addEventListener("scroll", () => {
+  if (t.scrollTop + t.clientHeight >= t.scrollHeight - 2) n.disabled = false;
+});</script>
+""" % ("word " * 300)
+
+
+def test_scroll_with_a_target_and_a_direction_scrolls_within_it(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    with served(page(tmp_path, AGREEMENT)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        agent.pull()
+        area = agent.ref("textbox", "")
+        agent.run(f"scroll --target {area} --direction bottom")
+        assert agent.evaluate("t.scrollTop") > 100
+        assert "[[input]](control:page[1])" in agent.pull()  # enabled by the page
+
+
+MOVING = """
+<style>
+  #wrap { width: 400px; height: 40px; }
+  #b { display: inline-block; width: 60px; height: 30px; transition: none; }
+  #wrap:hover #b { transform: translateX(200px); }
+</style>
+<div id="wrap"><span id="b">Go</span></div>
+<script>b.addEventListener("click", note("b"));
+wrap.addEventListener("click", note("wrap"));</script>
+"""
+
+
+def test_a_click_aims_again_when_the_pointer_moved_the_element(
+    tmp_path: Path, chromium: browser.Browser
+) -> None:
+    with served(page(tmp_path, LOG + MOVING)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        agent.pull()
+        agent.run(f"click --target {agent.ref('button', 'Go')}")
+        assert agent.evaluate("log") == ["b:true", "wrap:true"]
 
 
 # --- TodoMVC ------------------------------------------------------------------------------------

@@ -10,11 +10,17 @@
   const doc = Math.random().toString(36).slice(2, 10);
   const ids = new WeakMap();
   const byId = new Map();
+  // Elements with a click listener of the page's (sandbox/web_generic.py asks CDP for them).
+  const listened = new WeakSet();
+  let listenedCount = 0;
   let next = 0;
   const MAX_DEPTH = 200;
   const MAX_NAME = 120;
-  const SKIP = new Set(["SCRIPT", "STYLE", "NOSCRIPT", "TEMPLATE", "HEAD", "META", "LINK", "svg",
-    "SVG", "IFRAME", "OBJECT", "EMBED", "CANVAS", "VIDEO", "AUDIO", "MAP", "DATALIST", "OPTION"]);
+  // HTML tag names are upper case, SVG's as written: "title" and "style" are SVG's own.
+  const SKIP = new Set(["SCRIPT", "STYLE", "NOSCRIPT", "TEMPLATE", "HEAD", "META", "LINK",
+    "IFRAME", "OBJECT", "EMBED", "CANVAS", "VIDEO", "AUDIO", "MAP", "DATALIST", "OPTION", "defs",
+    "clipPath", "mask", "symbol", "marker", "pattern", "linearGradient", "radialGradient",
+    "filter", "title", "desc", "metadata", "style", "script"]);
   const KEEP = new Set(["H1", "H2", "H3", "H4", "H5", "H6", "P", "UL", "OL", "LI", "DL", "DT",
     "DD", "TABLE", "THEAD", "TBODY", "TFOOT", "TR", "TD", "TH", "CAPTION", "BLOCKQUOTE", "PRE",
     "CODE", "KBD", "SAMP", "STRONG", "B", "EM", "I", "S", "DEL", "BR", "HR", "SECTION",
@@ -87,9 +93,120 @@
     // What a user would click though nothing declares it: the element whose pointer cursor
     // starts here (its parent's is not a pointer), the usual sign of a click listener.
     if (style.cursor !== "pointer" || ["LABEL", "INPUT"].includes(el.tagName)) return false;
-    const up = el.parentElement;
-    return (!up || getComputedStyle(up).cursor !== "pointer") && !el.querySelector(INNER);
+    // An item of a list is one of its own (a tree's nested items take the list's cursor).
+    const up = el.tagName === "LI" ? null : el.parentElement;
+    return (!up || getComputedStyle(up).cursor !== "pointer") && !el.querySelector(INNER) &&
+      !holdsTargets(el, false);
   }
+
+  // Whether `el` holds elements the page listens to (or, `pointers`, where a pointer cursor
+  // starts, and then more than 64 elements): they are the controls, `el` their container.
+  function holdsTargets(el, pointers) {
+    if (!listenedCount && !pointers) return false;
+    const inside = el.getElementsByTagName("*");
+    if (pointers && inside.length > 64) return true;
+    const own = pointers && getComputedStyle(el).cursor === "pointer";
+    for (const d of inside) {
+      if (listened.has(d)) return true;
+      if (pointers && !own && getComputedStyle(d).cursor === "pointer") return true;
+    }
+    return false;
+  }
+
+  // An element the page listens to clicks on (an icon drawn by CSS, a <span> of a menu): a
+  // control if it is small and holds no control nor another listened element (those are).
+  function bound(el) {
+    if (!listened.has(el) || ["BODY", "HTML", "LABEL", "INPUT"].includes(el.tagName)) return false;
+    if (el.querySelector(INNER) || (el.textContent || "").length > 2 * MAX_NAME) return false;
+    return !holdsTargets(el, true);
+  }
+
+  // --- inline SVG: a shape named by what tells it apart (kind, size, colour, its text) ---------
+
+  const SHAPES = { circle: "circle", ellipse: "ellipse", rect: "rectangle", line: "line",
+    polyline: "line", path: "shape", image: "image", use: "icon" };
+  const COLOURS = { black: [0, 0, 0], white: [255, 255, 255], gray: [128, 128, 128],
+    red: [255, 0, 0], green: [0, 128, 0], lime: [0, 255, 0], blue: [0, 0, 255],
+    yellow: [255, 255, 0], aqua: [0, 255, 255], magenta: [255, 0, 255], orange: [255, 165, 0],
+    purple: [128, 0, 128], brown: [165, 42, 42], pink: [255, 192, 203], navy: [0, 0, 128] };
+  const isSvg = (el) => el.namespaceURI === "http://www.w3.org/2000/svg";
+
+  function svgKind(el) {
+    const tag = el.tagName;
+    if (tag === "polygon") {
+      const n = el.points ? el.points.numberOfItems : 0;
+      return n === 3 ? "triangle" : n === 4 ? "quadrilateral" : "polygon";
+    }
+    return SHAPES[tag] || "";
+  }
+
+  // The colour's name: the page's own word (fill="red"), else the nearest of COLOURS.
+  function colourOf(el) {
+    for (const prop of ["fill", "stroke"]) {
+      const own = (el.getAttribute(prop) || "").trim().toLowerCase();
+      if (/^[a-z]+$/.test(own) && !["none", "currentcolor", "transparent"].includes(own)) {
+        return own;
+      }
+      const m = getComputedStyle(el)[prop].match(/^rgba?\((\d+), (\d+), (\d+)(, ([\d.]+))?\)$/);
+      if (!m || (m[5] !== undefined && +m[5] === 0)) continue;
+      let best = "", far = Infinity;
+      for (const [word, [r, g, b]] of Object.entries(COLOURS)) {
+        const d = (r - m[1]) ** 2 + (g - m[2]) ** 2 + (b - m[3]) ** 2;
+        if (d < far) [best, far] = [word, d];
+      }
+      return best;
+    }
+    return "";
+  }
+
+  const shapeSize = (el) => {
+    const r = el.getBoundingClientRect();
+    return el.tagName === "text" ? r.height : Math.max(r.width, r.height);
+  };
+
+  // "small"/"large" where the clickable shapes of one figure come in sizes 1.5× apart.
+  let sizes = new Map();
+  function sizeWord(el) {
+    const root = el.ownerSVGElement || el;
+    let range = sizes.get(root);
+    if (!range) {
+      const all = Array.from(root.querySelectorAll("*")).filter((s) =>
+        (svgKind(s) || s.tagName === "text") && getComputedStyle(s).cursor === "pointer")
+        .map(shapeSize).filter((n) => n > 0);
+      range = [Math.min(...all), Math.max(...all)];
+      sizes.set(root, range);
+    }
+    const [low, high] = range;
+    if (!(high >= 1.5 * low)) return "";
+    return shapeSize(el) < Math.sqrt(low * high) ? "small" : "large";
+  }
+
+  // A shape's name: its text, else its kind (of its first shape for a group), then in
+  // parentheses its size and colour: "q (small red)", "circle (large blue)".
+  function svgName(el) {
+    const text = clip(el.textContent || "");
+    const shape = svgKind(el) ? el : Array.from(el.querySelectorAll("*")).find(svgKind);
+    const painted = text ? (el.tagName === "text" ? el : el.querySelector("text") || el) : shape;
+    const name = labelsOf(el) || text || (shape ? svgKind(shape) : "figure");
+    const looks = [painted ? sizeWord(painted) : "", painted ? colourOf(painted) : ""]
+      .filter(Boolean).join(" ");
+    return looks ? `${name} (${looks})` : name;
+  }
+
+  // An icon drawn by CSS (an empty element of class "…icon…"): the words of its classes.
+  const NOISE = new Set(["ui", "icon", "icons", "fa", "fas", "far", "glyphicon", "btn", "js",
+    "button", "material", "bi"]);
+  function classWords(el) {
+    const words = [];
+    for (const cls of el.classList) {
+      for (const w of cls.toLowerCase().split(/[-_\s]+/)) {
+        if (w && !NOISE.has(w) && !/^\d+$/.test(w) && !words.includes(w)) words.push(w);
+      }
+    }
+    return clip(words.join(" "));
+  }
+  const isIcon = (el) => !el.firstElementChild && !(el.textContent || "").trim() &&
+    /icon/i.test(el.getAttribute("class") || "");
 
   function labelsOf(el) {
     const by = el.getAttribute("aria-labelledby");
@@ -108,11 +225,13 @@
   }
 
   function nameOf(el) {
+    if (isSvg(el)) return svgName(el);
     const box = el.tagName === "INPUT" && ["checkbox", "radio"].includes(el.type);
     return labelsOf(el) || clip(el.getAttribute("title") || "") ||
       clip(el.getAttribute("placeholder") || "") ||
       clip(el.textContent || (box ? "" : el.value) || "") ||
-      clip((el.querySelector && el.querySelector("img[alt]") || {}).alt || "");
+      clip((el.querySelector && el.querySelector("img[alt]") || {}).alt || "") ||
+      (el.tagName === "INPUT" ? "" : classWords(el));
   }
 
   function checked(el) {
@@ -121,30 +240,64 @@
   }
 
   // The control's own markup: what sandbox/controls.py shows as its state.
+  // Disabled, by the element or an ancestor (a disabled fieldset, an aria-disabled item).
+  function disabled(el) {
+    if (el.matches(":disabled")) return true;
+    const off = el.closest("[aria-disabled]");
+    return !!off && off.getAttribute("aria-disabled") === "true";
+  }
+
+  // What a control that opens something shows: ▸ closed, ▾ open (aria-expanded, or a submenu
+  // it has, aria-haspopup, or a list of its own that is hidden: a folder of a tree).
+  function expandable(el, r) {
+    if (["textbox", "combobox", "searchbox"].includes(r)) return "";
+    const open = el.getAttribute("aria-expanded");
+    if (open === "true") return " ▾";
+    if (open === "false" || ["true", "menu"].includes(el.getAttribute("aria-haspopup"))) return " ▸";
+    for (const child of el.children) {
+      if (["UL", "OL"].includes(child.tagName)) {
+        return getComputedStyle(child).display === "none" ? " ▸" : " ▾";
+      }
+    }
+    return "";
+  }
+
   function controlInner(el, r, walkChildren) {
+    const inner = controlMarkup(el, r, walkChildren);
+    // A field says it is disabled among its fields (sandbox/controls.py); the rest after it.
+    if (/^<(textarea|select|input type="(?!checkbox|radio))/.test(inner)) return inner;
+    const state = (disabled(el) ? " (disabled)" : "") + expandable(el, r);
+    // Inline, so that the state reads in the label (its first block is the label).
+    return state ? inner.replace(/<(\/?)div>/g, "<$1span>") + state : inner;
+  }
+
+  function controlMarkup(el, r, walkChildren) {
     const tag = el.tagName;
     const name = labelsOf(el);
-    if (tag === "INPUT" && (r === "checkbox" || r === "radio")) {
-      const box = `<input type="${r}"${el.checked ? " checked" : ""}>`;
+    const off = disabled(el) ? " disabled" : "";
+    const type = (el.type || "text").toLowerCase();
+    if (tag === "INPUT" && (type === "checkbox" || type === "radio")) {
+      const box = `<input type="${type}"${el.checked ? " checked" : ""}>`;
       return name ? `${box} ${escText(name)}` : box;
     }
-    if (tag === "INPUT" && r === "textbox") {
-      const type = (el.type || "text").toLowerCase();
+    if (tag === "INPUT" && !["button", "submit", "reset", "image", "file"].includes(type)) {
+      // By its type, whatever its role (a jQuery UI spinner's is spinbutton).
       const shown = TEXT_INPUTS.has(type) ? type : "text";
       return `<input type="${shown}" name="${escAttr(name)}" placeholder="${escAttr(
-        clip(el.getAttribute("placeholder") || ""))}" value="${escAttr(el.value || "")}">`;
+        clip(el.getAttribute("placeholder") || ""))}" value="${escAttr(el.value || "")}"${off}>`;
     }
     if (tag === "INPUT") return escText(clip(el.value || el.alt || name || r));
     if (tag === "TEXTAREA") {
       return `<textarea name="${escAttr(name)}" placeholder="${escAttr(
-        clip(el.getAttribute("placeholder") || ""))}">${escText(el.value || "")}</textarea>`;
+        clip(el.getAttribute("placeholder") || ""))}"${off}>${escText(el.value || "")}</textarea>`;
     }
     if (tag === "SELECT") {
       const options = Array.from(el.options).map((o) =>
         `<option${o.selected ? " selected" : ""}>${escText(clip(o.label || o.text))}</option>`);
-      return `<select name="${escAttr(name)}"${el.multiple ? " multiple" : ""}>` +
+      return `<select name="${escAttr(name)}"${el.multiple ? " multiple" : ""}${off}>` +
         `${options.join("")}</select>`;
     }
+    if (isSvg(el)) return escText(svgName(el));
     if (r === "checkbox" || r === "radio" || r === "switch") {
       const box = checked(el) ? "[x]" : "[ ]";
       return `${box} ${escText(nameOf(el))}`;
@@ -193,6 +346,7 @@
 
   function renderOnce(fold) {
     const live = new Set();
+    sizes = new Map();
     let depth = 0;
     const far = (el) => {
       const r = el.getBoundingClientRect();
@@ -207,10 +361,10 @@
       return `<span entity="control:page[${id}]" data-value="${escAttr(value)}">${inner}</span>`;
     }
 
-    function children(el, inControl) {
+    function children(el, inControl, skip = []) {
       let out = "";
       const kids = el.shadowRoot ? [...el.shadowRoot.childNodes, ...el.childNodes] : el.childNodes;
-      for (const child of kids) out += node(child, inControl);
+      for (const child of kids) if (!skip.includes(child)) out += node(child, inControl);
       return out;
     }
 
@@ -251,16 +405,25 @@
         return `<span entity="control:page[${id}]" data-value="${escAttr(value)}">${state}` +
           `${escText(clip(el.textContent))}</span>`;
       }
-      if (!r && !inControl && pointer(el, style) && area()) r = "button";
+      if (!r && !inControl && (pointer(el, style) || bound(el)) && area()) r = "button";
       depth++;
       try {
         if (r) {
           if (!area()) return "";
-          return control(el, r, () => children(el, true));
+          // An item's own list (a folder's files) is no part of its label: items of their own.
+          const lists = tag === "LI" ? Array.from(el.children).filter((c) =>
+            ["UL", "OL"].includes(c.tagName)) : [];
+          const own = control(el, r, () => children(el, true, lists));
+          if (!lists.length) return own;
+          return `<li>${own}${lists.map((l) => node(l, false)).join("")}</li>`;
         }
         if (tag === "IMG") {
           const alt = clip(el.getAttribute("alt") || "");
           return alt && area() ? `<img alt="${escAttr(alt)}">` : "";
+        }
+        if (isIcon(el) && area()) {
+          const words = el.getAttribute("aria-label") || el.getAttribute("title") || classWords(el);
+          return words ? `<img alt="${escAttr(clip(words))}">` : "";
         }
         if (tag === "DIALOG" || ["dialog", "alertdialog"].includes(el.getAttribute("role"))) {
           const name = labelsOf(el);
@@ -273,6 +436,7 @@
           return `<${lower}>${inner}</${lower}>`;
         }
         if (tag === "A") return inner;
+        if (tag === "text") return ` <span>${inner}</span> `;  // an SVG figure's words apart
         if (style.display.startsWith("inline")) return `<span>${inner}</span>`;
         // A label reads with the control beside it, however the page lays it out.
         return tag === "LABEL" ? ` <span>${inner}</span> ` : `<div>${inner}</div>`;
@@ -315,17 +479,38 @@
     return el;
   }
 
-  // Scroll the element into view and say where a click lands on it.
+  // Scroll the element into view and say where a click lands on it: its centre, or where the
+  // element is hit nearest to it (a slice of a pie, a ring: the centre of the box is not on it).
   function point(el) {
     el.scrollIntoView({ block: "center", inline: "center", behavior: "instant" });
     const r = el.getBoundingClientRect();
     if (r.width * r.height === 0) return null;
+    const reaches = (x, y) => {
+      const hit = document.elementFromPoint(x, y);
+      return !!hit && (hit === el || el.contains(hit) || (hit.control === el) ||
+        (el.labels && Array.from(el.labels).some((l) => l === hit || l.contains(hit))));
+    };
     const x = r.left + r.width / 2;
     const y = r.top + r.height / 2;
-    const hit = document.elementFromPoint(x, y);
-    const reaches = hit && (hit === el || el.contains(hit) || (hit.control === el) ||
-      (el.labels && Array.from(el.labels).some((l) => l === hit || l.contains(hit))));
-    return { x, y, reaches: !!reaches };
+    const box = [r.left, r.top, r.width, r.height].map(Math.round).join();
+    if (reaches(x, y)) return { x, y, reaches: true, box };
+    const tries = [];
+    for (let i = 1; i < 10; i++) {
+      for (let j = 1; j < 10; j++) tries.push([r.left + r.width * i / 10, r.top + r.height * j / 10]);
+    }
+    tries.sort((a, b) => Math.hypot(a[0] - x, a[1] - y) - Math.hypot(b[0] - x, b[1] - y));
+    const found = tries.find(([tx, ty]) => reaches(tx, ty));
+    return found ? { x: found[0], y: found[1], reaches: true, box } : { x, y, reaches: false, box };
+  }
+
+  // Marks elements the page listens to clicks on (see bound()).
+  function listen(...els) {
+    for (const el of els) {
+      if (el && el.nodeType === 1 && !listened.has(el)) {
+        listened.add(el);
+        listenedCount++;
+      }
+    }
   }
 
   // Resolves once the DOM has not changed for two animation frames and a quiet window.
@@ -355,17 +540,29 @@
     });
   }
 
+  // Select `wanted` (a label or value) in a select; in a multiple one, `wanted` may list
+  // several, comma-separated, and exactly those are selected.
   function choose(el, wanted) {
     if (el.tagName !== "SELECT") return null;
-    const want = String(wanted).trim().toLowerCase();
-    const found = Array.from(el.options).find((o) => o.value.toLowerCase() === want) ||
-      Array.from(el.options).find((o) => clip(o.label || o.text).toLowerCase() === want);
-    if (!found) return { options: Array.from(el.options).map((o) => clip(o.label || o.text)) };
-    el.value = found.value;
-    found.selected = true;
+    const options = Array.from(el.options);
+    const find = (text) => {
+      const want = text.trim().toLowerCase();
+      return options.find((o) => o.value.toLowerCase() === want) ||
+        options.find((o) => clip(o.label || o.text).toLowerCase() === want);
+    };
+    const whole = find(String(wanted));
+    const parts = whole || !el.multiple ? [String(wanted)] : String(wanted).split(",");
+    const found = parts.map((part) => [part.trim(), find(part)]);
+    const missing = found.filter(([, o]) => !o).map(([part]) => part);
+    if (missing.length) {
+      return { missing, options: options.map((o) => clip(o.label || o.text)) };
+    }
+    const chosen = new Set(found.map(([, o]) => o));
+    if (el.multiple) for (const o of options) o.selected = chosen.has(o);
+    else el.value = found[0][1].value;
     el.dispatchEvent(new Event("input", { bubbles: true }));
     el.dispatchEvent(new Event("change", { bubbles: true }));
-    return { chosen: clip(found.label || found.text) };
+    return { chosen: [...chosen].map((o) => clip(o.label || o.text)) };
   }
 
   function clear(el) {
@@ -550,6 +747,22 @@
     return { lines, cursor };
   }
 
+  // Scroll an element's own content (a textarea, a list that scrolls) by `direction`; false
+  // when neither it nor an ancestor scrolls.
+  function scrollIn(el, direction) {
+    let box = el;
+    while (box && box !== document.body && box.scrollHeight <= box.clientHeight) {
+      box = box.parentElement;
+    }
+    if (!box || box === document.body) return false;
+    const step = { down: box.clientHeight * 0.8, up: -box.clientHeight * 0.8,
+      top: -box.scrollHeight, bottom: box.scrollHeight }[direction];
+    box.scrollBy(0, step);
+    box.dispatchEvent(new Event("scroll"));
+    return true;
+  }
+
   globalThis.__aotuiGeneric = { doc, render, element, point, settle, choose, clear, checked,
+    listen, scrollIn,
     role, nameOf, assist, capabilities, field, modalShown, textGrid, reveal };
 })();
