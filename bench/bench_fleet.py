@@ -115,7 +115,7 @@ def bench_node_loss(
             took[name] = time.monotonic() - began  # noqa: B023 -- joined in this iteration
             assert count == before + 1, (name, count, before)
 
-        began = time.monotonic()
+        began, wall = time.monotonic(), time.time()
         kill_node(cluster, victim)
         workers.remove(victim)
         threads = [
@@ -127,9 +127,16 @@ def bench_node_loss(
         for thread in threads:
             thread.join(120)
         samples += [took[name] for name in lost if name in took]
+        # Where the time went: Ray noticing the loss and starting the actor again elsewhere,
+        # then its supervisor starting from PostgreSQL.
+        phases = []
+        for name in lost:
+            info = _info(name)
+            born, ready = info["born"] - wall, info["started"][1] - wall
+            phases.append(f"{born:.1f}/{ready:.1f}/{took.get(name, float('nan')):.1f}")
         print(
-            f"round {round_}: node lost with {len(lost)} desktops; answering again after "
-            + ", ".join(f"{took.get(name, float('nan')):.2f} s" for name in lost)
+            f"round {round_}: node lost with {len(lost)} desktops; actor again / supervisor "
+            f"ready / answering, s after the loss: {', '.join(phases)}"
         )
         for desktop in desktops.values():
             desktop.close()

@@ -144,6 +144,7 @@ class DesktopActor:
         self._desktop: LaunchedDesktop | None = None
         self._runtime: Path | None = None
         self.last_use = self._born = time.time()
+        self.started: tuple[float, float] | None = None
         row = self.registry.desktop(name)
         if row is None or row.state != "hibernated":
             self._start()  # a restart on another node: from the store at once
@@ -172,7 +173,9 @@ class DesktopActor:
             program=(sys.executable, "-c", _GUARD, str(os.getpid()), *AOTUI),
             store=self.settings.store,
         )
+        began = time.time()
         self._desktop = self._launcher.submit(launch_desktop, launch).result()
+        self.started = (began, time.time())
         self.registry.record(self.name, "running", self.node)
 
     def _stop(self) -> None:
@@ -306,6 +309,9 @@ class DesktopActor:
             "last_use": self.last_use,
             "pid": pid,
             "actor_pid": os.getpid(),
+            # When this actor started, and its supervisor's last start began and ended.
+            "born": self._born,
+            "started": self.started,
             # Its runtime directory on its node (a local Client reaches it there: the benchmark).
             "socket": str(self._runtime / "run") if self._runtime is not None else None,
         }
