@@ -68,12 +68,15 @@ TAB_OPERATIONS: dict[str, tuple[dict[str, str], str]] = {
         {
             "text?": "string",
             "gone?": "string",
+            "target?": "control",
             "modal?": "string",
             "visible?": "boolean",
+            "navigation?": "boolean",
+            "network_idle?": "boolean",
             "timeout_ms?": "integer",
         },
-        f"Wait until a text shows (--text), is gone (--gone), or a modal is (not) --visible; "
-        f"at most {MAX_WAIT_MS} ms",
+        f"Wait until a text shows (--text) or is gone (--gone), a ref or modal is (not) "
+        f"--visible, a --navigation, or --network_idle; at most {MAX_WAIT_MS} ms",
     ),
     "find": ({"text": "string"}, "The lines of this page with a text, and their refs"),
     "set_viewport": ({"width": "integer", "height": "integer"}, "Resize the page, in CSS px"),
@@ -97,6 +100,8 @@ _AWI_MOVES = frozenset({"navigate", "send_key", "scroll", "set_viewport", "type_
 _AWI_ACTIONS = {
     "navigate": "navigate", "send_key": "press", "scroll": "scroll", "type_text": "type",
 }  # fmt: skip
+#: wait_for --network_idle: no request of the page answered for this long.
+NETWORK_IDLE_MS = 500
 #: A terminal cell of the text snapshot, in CSS px: 140 × 45 cells are a 1120 × 720 viewport.
 CELL_PX = (8, 16)
 #: seed 002's key names → ours (``Char`` is the ``char`` given).
@@ -321,7 +326,11 @@ class BrowserApp(App):
         if op in ("new_tab", "close_tab"):
             return self.new_tab(args.get("url")) if op == "new_tab" else self.close_tab(key)
         if op in ("wait_for", "find"):
-            return self._wait_for(tab, args) if op == "wait_for" else self._find(key, args)
+            if op == "find":
+                return self._find(key, args)
+            return self._wait_for(tab, args, call.stable_keys)
+        # A later wait_for --navigation counts the navigations from here on.
+        tab.page.forget_navigations()
         before = (tab.url, tab.title)
         result = self._act(tab, call)
         self._note_location(key, tab)
@@ -472,13 +481,25 @@ class BrowserApp(App):
             if known is tab and self.stored.get(name, {}).get("url") != tab.url:
                 self.stored[name] = {"url": tab.url}
 
-    def _wait_for(self, tab: Tab, args: Any) -> dict[str, Any]:
+    def _wait_for(self, tab: Tab, args: Any, keys: Any = None) -> dict[str, Any]:
+        kinds = [k for k in ("text", "gone", "target", "modal", "navigation", "network_idle")
+                 if k in args]  # fmt: skip
+        if len(kinds) != 1:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD,
+                "wait_for takes one of --text, --gone, --target, --modal, --navigation, "
+                f"--network_idle (got {', '.join('--' + k for k in kinds) or 'none'})",
+            )
+        until = min(int(args.get("timeout_ms", MAX_WAIT_MS)), MAX_WAIT_MS)
         if "modal" in args:
             return self._wait_modal(tab, str(args["modal"]), bool(args.get("visible", True)), args)
+        if "target" in args:
+            return self._wait_target(tab, args, keys or {}, until)
+        if "navigation" in args:
+            return self._wait_navigation(tab, until)
+        if "network_idle" in args:
+            return self._wait_network_idle(tab, until)
         text, gone = args.get("text"), args.get("gone")
-        if (text is None) == (gone is None):
-            raise AotuiError(ErrorCode.E_INVALID_CMD, "wait_for takes --text or --gone (one)")
-        until = min(int(args.get("timeout_ms", MAX_WAIT_MS)), MAX_WAIT_MS)
         wanted = json.dumps([text if text is not None else gone, text is not None, until])
         met = tab.page.world(_WAIT % wanted, await_promise=True, timeout_s=until / 1000 + 2)
         if met is not True:
@@ -488,6 +509,54 @@ class BrowserApp(App):
             return {"met": False, "why": f"waited {until} ms for {what}; it did not"}
         tab.page.settle("wait_for", 0)
         return {"met": True}
+
+    def _wait_target(self, tab: Tab, args: Any, keys: Any, until: int) -> dict[str, Any]:
+        """Until the ref's element is shown (``--visible``, the default) or gone or hidden."""
+        ident = tab.generic._target(args, keys)
+        seen = args.get("target")
+        doc = json.dumps(seen.get("doc") if isinstance(seen, dict) else None)
+        want = bool(args.get("visible", True))
+        expression = f"""new Promise((resolve) => {{
+          const end = performance.now() + {until};
+          const tick = () => {{
+            const shown = !!__aotuiGeneric.element({ident}, {doc});
+            if (shown === {json.dumps(want)}) resolve(true);
+            else if (performance.now() >= end) resolve(false);
+            else setTimeout(tick, 25);
+          }};
+          tick();
+        }})"""
+        met = tab.generic.evaluate(expression, await_promise=True)
+        if met is not True:
+            state = "shown" if want else "gone"
+            return {"met": False, "why": f"waited {until} ms for page[{ident}] to be {state}"}
+        tab.page.settle("wait_for", 0)
+        return {"met": True}
+
+    def _wait_navigation(self, tab: Tab, until: int) -> dict[str, Any]:
+        """Until the tab navigated (a new document parsed, or a same-document navigation) since
+        its last other operation began; then until it settled."""
+        try:
+            tab.page.wait_navigation(until / 1000, "the navigation", PARSED)
+        except AotuiError as exc:
+            if exc.code is not ErrorCode.E_TIMEOUT:
+                raise
+            return {"met": False, "why": f"waited {until} ms; the tab did not navigate"}
+        self._settle_loaded(tab.page, "wait_for")
+        self._note_location(None, tab)
+        return {"met": True, "url": tab.url, "title": tab.title}
+
+    def _wait_network_idle(self, tab: Tab, until: int) -> dict[str, Any]:
+        """Until no request of the page was answered for :data:`NETWORK_IDLE_MS`."""
+        end = time.monotonic() + until / 1000
+        while time.monotonic() < end:
+            served = tab.page.served
+            quiet_until = time.monotonic() + NETWORK_IDLE_MS / 1000
+            while time.monotonic() < quiet_until and tab.page.served == served:
+                tab.page.host.pump(max(0.0, quiet_until - time.monotonic()))
+            if tab.page.served == served:
+                return {"met": True}
+        return {"met": False, "why": f"waited {until} ms; the page kept making requests"}
 
     def _find(self, key: str, args: Any) -> dict[str, Any]:
         """The page's lines (read whole, folded parts too) with a text, and their refs; the

@@ -617,3 +617,43 @@ def test_navigate_answers_once_what_the_page_fetched_after_loading_is_in(
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+WAITS = """<!doctype html><html><head><title>Waits</title></head><body>
+<button onclick="setTimeout(() => document.querySelector('#note').remove(), 300)">Dismiss</button>
+<p id="note"><a href="#x">Notice</a></p>
+<button onclick="setTimeout(() => location.href = '/two.html', 300)">Later</button>
+<button onclick="for (let i = 0; i < 8; i++) setTimeout(() => fetch('/two.html'), i * 150)">
+Poll</button></body></html>"""
+
+
+def test_wait_for_a_ref_to_go_a_navigation_and_the_network_to_idle(
+    desktop: RunningDesktop, site: str, tmp_path: Path
+) -> None:
+    (tmp_path / "site" / "waits.html").write_text(WAITS)
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/waits.html")
+    view, page = tab(desktop, "Waits")
+    notice = ref(page, "Notice")
+    assert run(desktop, view, f"wait_for --target {notice}") == {"met": True}
+    run(desktop, view, f"click --target {ref(page, 'Dismiss')}")
+    short = run(desktop, view, f"wait_for --target {notice} --visible false --timeout_ms 50")
+    assert short == {"met": False, "why": f"waited 50 ms for {notice} to be gone"}
+    gone = run(desktop, view, f"wait_for --target {notice} --visible false")
+    assert gone == {"met": True}
+    # Requests for 1 s, then none: idle only after the last (500 ms without one).
+    run(desktop, view, f"click --target {ref(page, 'Poll')}")
+    busy = run(desktop, view, "wait_for --network_idle true --timeout_ms 300")
+    assert busy == {"met": False, "why": "waited 300 ms; the page kept making requests"}
+    assert run(desktop, view, "wait_for --network_idle true") == {"met": True}
+    run(desktop, view, f"click --target {ref(page, 'Later')}")
+    moved = run(desktop, view, "wait_for --navigation true")
+    assert moved == {"met": True, "url": f"{site}/two.html", "title": "Two"}
+    _, page = tab(desktop, "Two")
+    assert "# Second page" in page
+    none = run(desktop, view, "wait_for --navigation true --timeout_ms 100")
+    assert none == {"met": False, "why": "waited 100 ms; the tab did not navigate"}
+    with pytest.raises(AotuiError) as two:
+        run(desktop, view, "wait_for --text a --navigation true")
+    assert "wait_for takes one of --text" in two.value.message
+    assert "(got --text, --navigation)" in two.value.message
