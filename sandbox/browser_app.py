@@ -84,6 +84,11 @@ TAB_OPERATIONS: dict[str, tuple[dict[str, str], str]] = {
     "modal_open": ({"modal": "string"}, "Open a modal of an agent-aware page"),
     "modal_close": ({"modal?": "string"}, "Close the active modal (or the one named)"),
     "capabilities": ({}, "The routes, views, panels, modals and fields this page declares"),
+    "dialog": (
+        {"accept": "boolean", "text?": "string"},
+        "Answer the page's next confirm or prompt (--text for a prompt); unarmed, they are "
+        "dismissed and the answer says so",
+    ),
     "new_tab": ({"url?": "string"}, "Open a new tab (at a URL, else empty)"),
     "close_tab": ({}, "Close this tab"),
 }
@@ -329,16 +334,23 @@ class BrowserApp(App):
             if op == "find":
                 return self._find(key, args)
             return self._wait_for(tab, args, call.stable_keys)
-        # A later wait_for --navigation counts the navigations from here on.
+        if op == "dialog":
+            tab.page.next_answer = (bool(args["accept"]), str(args.get("text", "")))
+            return {"next_dialog": "accepted" if args["accept"] else "dismissed"}
+        # A later wait_for --navigation counts the navigations from here on; the answer tells
+        # the dialogs this operation met.
         tab.page.forget_navigations()
+        tab.page.dialogs.clear()
         before = (tab.url, tab.title)
         result = self._act(tab, call)
         self._note_location(key, tab)
-        changed = {
+        changed: dict[str, Any] = {
             name: now
             for name, was, now in (("url", before[0], tab.url), ("title", before[1], tab.title))
             if was != now
         }
+        if tab.page.dialogs:
+            changed["dialogs"] = list(tab.page.dialogs)
         if result is not None:
             return result if not changed else {"result": result, **changed}
         return changed or None

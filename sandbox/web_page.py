@@ -57,6 +57,8 @@ _CRASHES = ("Inspector.targetCrashed", "Target.targetCrashed", "Inspector.detach
 #: Events kept for a waiter rather than handled: a document loaded (or parsed), a
 #: same-document navigation.
 _WAITED = ("Page.loadEventFired", "Page.domContentEventFired", "Page.navigatedWithinDocument")
+#: Dialogs told in one operation's answer (a page may open them in a loop).
+MAX_DIALOGS = 8
 #: A document parsed and its deferred scripts run (not yet its images or async scripts).
 PARSED = "Page.domContentEventFired"
 LOADED = "Page.loadEventFired"
@@ -294,6 +296,11 @@ class Page:
         self.refused: list[str] = []
         #: Requests of this page answered so far (a settle that saw one may not be the last).
         self.served = 0
+        #: The JavaScript dialogs (alert, confirm, prompt, beforeunload) answered since the
+        #: current operation began, as the agent reads them; at most :data:`MAX_DIALOGS`.
+        self.dialogs: list[dict[str, str]] = []
+        #: The answer armed for the next confirm or prompt: (accept, prompt text).
+        self.next_answer: tuple[bool, str] | None = None
 
     def start(self) -> None:
         """Turn on what the runtime uses, in this target."""
@@ -330,6 +337,8 @@ class Page:
         if method == "Fetch.requestPaused":
             self.served += 1
             self.host.serve(self, params)
+        elif method == "Page.javascriptDialogOpening":
+            self.answer_dialog(params)
         elif method == "Runtime.bindingCalled" and params.get("name") == _BINDING:
             self.note_state(params.get("payload"))
         elif method.startswith("Runtime.executionContext"):
@@ -373,6 +382,34 @@ class Page:
         if reply.get("loaderId"):  # a new document (its runtime's world replaces the old one's
             self.wait_load(timeout_s, url, ready)  # by Runtime events: see _track_context)
         return ""
+
+    def answer_dialog(self, params: dict[str, Any]) -> None:
+        """Answer a JavaScript dialog at once: while one is open the page runs nothing, and
+        no call into it would ever answer. An alert is acknowledged and a ``beforeunload``
+        accepted (the agent asked to leave); a confirm or prompt gets the answer armed for it
+        (:attr:`next_answer`), else is dismissed: nothing a page asks is agreed to unasked."""
+        kind = str(params.get("type", "alert"))
+        armed = self.next_answer if kind in ("confirm", "prompt") else None
+        if kind in ("alert", "beforeunload"):
+            accept, text = True, ""
+        elif armed is not None:
+            accept, text = armed
+            self.next_answer = None
+        else:
+            accept, text = False, ""
+        reply: dict[str, Any] = {"accept": accept}
+        if kind == "prompt" and accept:
+            reply["promptText"] = text
+        try:
+            self.cdp("Page.handleJavaScriptDialog", reply)
+        except (AotuiError, CDPError):
+            return  # already closed (the page went away): nothing to tell
+        answered = "ok" if kind == "alert" else "accepted" if accept else "dismissed"
+        if kind == "prompt" and accept:
+            answered += f" with {text!r}"
+        if len(self.dialogs) < MAX_DIALOGS:
+            message = sanitize(str(params.get("message", "")), limit=300)
+            self.dialogs.append({"type": kind, "message": message, "answered": answered})
 
     def forget_navigations(self) -> None:
         """Drop load and same-document events already read (before starting a navigation):

@@ -657,3 +657,38 @@ def test_wait_for_a_ref_to_go_a_navigation_and_the_network_to_idle(
         run(desktop, view, "wait_for --text a --navigation true")
     assert "wait_for takes one of --text" in two.value.message
     assert "(got --text, --navigation)" in two.value.message
+
+
+DIALOGS = """<!doctype html><html><head><title>Dialogs</title></head><body>
+<button onclick="alert('Saved')">Save</button>
+<button onclick="out(confirm('Delete it?') ? 'deleted' : 'kept')">Delete</button>
+<button onclick="out('hello ' + prompt('Name?'))">Ask</button>
+<p id="out">-</p>
+<script>function out(text) { document.querySelector("#out").textContent = text; }</script>
+</body></html>"""
+
+
+def test_javascript_dialogs_never_hang_a_tab_and_the_agent_answers_them(
+    desktop: RunningDesktop, site: str, tmp_path: Path
+) -> None:
+    # A page waiting in alert() or confirm() runs nothing (no call into it would answer): the
+    # Browser answers at once, tells the operation's answer, and dismisses what it was not
+    # told to accept.
+    (tmp_path / "site" / "dialogs.html").write_text(DIALOGS)
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/dialogs.html")
+    view, page = tab(desktop, "Dialogs")
+    saved = run(desktop, view, f"click --target {ref(page, 'Save')}")
+    assert saved == {"dialogs": [{"type": "alert", "message": "Saved", "answered": "ok"}]}
+    asked = run(desktop, view, f"click --target {ref(page, 'Delete')}")
+    assert asked == {
+        "dialogs": [{"type": "confirm", "message": "Delete it?", "answered": "dismissed"}]
+    }
+    assert "kept" in tab(desktop, "Dialogs")[1]
+    assert run(desktop, view, "dialog --accept true") == {"next_dialog": "accepted"}
+    run(desktop, view, f"click --target {ref(page, 'Delete')}")
+    assert "deleted" in tab(desktop, "Dialogs")[1]
+    run(desktop, view, "dialog --accept true --text Ada")
+    named = run(desktop, view, f"click --target {ref(page, 'Ask')}")
+    assert named["dialogs"][0]["answered"] == "accepted with 'Ada'"
+    assert "hello Ada" in tab(desktop, "Dialogs")[1]
