@@ -78,7 +78,11 @@ TAB_OPERATIONS: dict[str, tuple[dict[str, str], str]] = {
         f"Wait until a text shows (--text) or is gone (--gone), a ref or modal is (not) "
         f"--visible, a --navigation, or --network_idle; at most {MAX_WAIT_MS} ms",
     ),
-    "find": ({"text": "string"}, "The lines of this page with a text, and their refs"),
+    "find": (
+        {"text?": "string", "role?": "string"},
+        "The lines of this page with a text, or with a control of a role (button, link, "
+        "textbox, checkbox…), and their refs",
+    ),
     "set_viewport": ({"width": "integer", "height": "integer"}, "Resize the page, in CSS px"),
     "focus": ({"field?": "string", "modal?": "string"}, "Focus a field, or a modal's first field"),
     "modal_open": ({"modal": "string"}, "Open a modal of an agent-aware page"),
@@ -573,18 +577,26 @@ class BrowserApp(App):
     def _find(self, key: str, args: Any) -> dict[str, Any]:
         """The page's lines (read whole, folded parts too) with a text, and their refs; the
         first is scrolled to the viewport's centre, so the next snapshot shows it unfolded."""
-        text = str(args.get("text", ""))
-        if not text:
-            raise AotuiError(ErrorCode.E_INVALID_CMD, "--text must not be empty", {"arg": "text"})
+        text, role = str(args.get("text", "")), str(args.get("role", "")).lower()
+        if not text and not role:
+            raise AotuiError(
+                ErrorCode.E_INVALID_CMD, "find takes --text or --role (not empty)", {"arg": "text"}
+            )
         tab = self.tabs[key]
-        whole = tab.generic.render("", TAB_GENERIC)
-        lines = render_view(whole).markdown.split("#### Operations")[0].splitlines()
-        found = [
-            {"line": line.strip(), "refs": _REF.findall(line)}
-            for line in lines
-            if text.lower() in line.lower()
-        ]
-        if found and tab.generic.evaluate(f"__aotuiGeneric.reveal({json.dumps(text)})"):
+        rendered = render_view(tab.generic.render("", TAB_GENERIC))
+        roles = {
+            ref: str(value.get("role", "")).lower()
+            for ref, value in rendered.refs.items()
+            if isinstance(value, dict)
+        }
+        found = []
+        for line in rendered.markdown.split("#### Operations")[0].splitlines():
+            refs = _REF.findall(line)
+            if role:
+                refs = [r for r in refs if roles.get(r) == role]
+            if (not role or refs) and (not text or text.lower() in line.lower()):
+                found.append({"line": line.strip(), "refs": refs})
+        if text and found and tab.generic.evaluate(f"__aotuiGeneric.reveal({json.dumps(text)})"):
             tab.page.settle("find", 0)
         return {"found": found[:MAX_FOUND], "more": max(0, len(found) - MAX_FOUND)}
 

@@ -168,6 +168,14 @@ def test_find_and_wait_for(desktop: RunningDesktop, site: str) -> None:
         "found": [{"line": "Go to [page two](control:page[0]).", "refs": ["page[0]"]}],
         "more": 0,
     }
+    links = run(desktop, view, "find --role link")
+    assert links == {
+        "found": [{"line": "Go to [page two](control:page[0]).", "refs": ["page[0]"]}],
+        "more": 0,
+    }
+    buttons = run(desktop, view, "find --role button")["found"]
+    assert [found["line"] for found in buttons] == ["[Press me](control:page[2])"]
+    assert run(desktop, view, "find --role button --text nothing-like-it")["found"] == []
     assert run(desktop, view, "wait_for --text Welcome") == {"met": True}
     # A wait that ends unmet is an answer (the Browser keeps running), not E_TIMEOUT, which
     # would have the desktop stop the worker as if it had not answered.
