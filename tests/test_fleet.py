@@ -201,6 +201,12 @@ def test_hibernate_kill_9_resume_keeps_the_state(fleet: Fleet) -> None:
     psutil.wait_procs([psutil.Process(info["pid"])], timeout=10)
     assert not psutil.pid_exists(info["pid"])
     assert _bump(desktop) == 4
+    # Its supervisor killed -9 alone: the actor starts it again at the next call.
+    supervisor = fleet.info("delta")["pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(supervisor)], timeout=10)
+    assert _bump(desktop) == 5
+    assert fleet.info("delta")["pid"] != supervisor
 
 
 def test_a_released_desktop_is_only_rows_until_its_next_call(fleet: Fleet) -> None:
@@ -220,6 +226,8 @@ def test_a_released_desktop_is_only_rows_until_its_next_call(fleet: Fleet) -> No
     row = fleet.registry.desktop("theta")
     assert row is not None
     assert row.state == "hibernated"
+    rows = {row["desktop"]: row for row in fleet.client.status()}
+    assert rows["theta"]["state"] == "hibernated"
     assert _bump(desktop) == 2
     assert fleet.info("theta")["actor_pid"] != info["actor_pid"]
 

@@ -145,11 +145,14 @@ class DesktopActor:
         self._runtime: Path | None = None
         self.last_use = self._born = time.time()
         self.started: tuple[float, float] | None = None
+        #: ``running`` or ``hibernated``, as recorded in the registry (set once it is).
+        self.state = "starting"
         row = self.registry.desktop(name)
         if row is None or row.state != "hibernated":
             self._start()  # a restart on another node: from the store at once
         else:
             self.registry.record(name, "hibernated", self.node, row.last_use)
+            self.state = "hibernated"
             self.last_use = row.last_use
         if settings.idle_s > 0:
             threading.Thread(target=self._watch_idle, name="aotui-idle", daemon=True).start()
@@ -177,6 +180,7 @@ class DesktopActor:
         self._desktop = self._launcher.submit(launch_desktop, launch).result()
         self.started = (began, time.time())
         self.registry.record(self.name, "running", self.node)
+        self.state = "running"
 
     def _stop(self) -> None:
         for client in self._sessions.values():
@@ -252,6 +256,8 @@ class DesktopActor:
         """``session``'s client and its turn; the supervisor started first if it is not (a
         hibernated desktop resumes here)."""
         with self._lock:
+            if self._desktop is not None and self._desktop.process.poll() is not None:
+                self._stop()  # its supervisor died (a crash, kill -9): started again below
             if self._desktop is None:
                 self._start()
             assert self._desktop is not None
@@ -288,6 +294,7 @@ class DesktopActor:
                 return False
             self._stop()
             self.registry.record(self.name, "hibernated", self.node, self.last_use)
+            self.state = "hibernated"
             return True
 
     def info(self) -> dict[str, Any]:
@@ -304,7 +311,7 @@ class DesktopActor:
         return {
             "desktop": self.name,
             "node": self.node,
-            "state": "running" if self._desktop is not None else "hibernated",
+            "state": self.state,
             "memory": memory,
             "last_use": self.last_use,
             "pid": pid,
@@ -339,18 +346,27 @@ class Router:
     def status(self) -> list[dict[str, Any]]:
         """Every desktop the fleet knows: live ones as they say, the others as recorded."""
         rows: list[dict[str, Any]] = []
-        for row in self.registry.desktops():
+        recorded_rows = self.registry.desktops()
+        asked: dict[str, Any] = {}
+        for row in recorded_rows:  # every live desktop asked at once, then each answer awaited
+            with contextlib.suppress(ValueError):  # no such actor: stopped or released
+                actor = ray.get_actor(DESKTOP_PREFIX + row.name, namespace=NAMESPACE)
+                asked[row.name] = actor.info.remote()
+        deadline = time.monotonic() + 2.0
+        for row in recorded_rows:
             recorded: dict[str, Any] = {
                 "desktop": row.name, "node": row.node, "state": row.state, "memory": 0,
                 "last_use": row.last_use,
             }  # fmt: skip
+            if row.name not in asked:  # released (only rows) if hibernated, else stopped
+                rows.append(
+                    recorded | {"state": "hibernated" if row.state == "hibernated" else "stopped"}
+                )
+                continue
             try:
-                actor = ray.get_actor(DESKTOP_PREFIX + row.name, namespace=NAMESPACE)
-                asked: Any = actor.info.remote()
-                rows.append(ray.get(asked, timeout=2.0))
-            except ValueError:  # no such actor: stopped
-                rows.append(recorded | {"state": "stopped"})
-            except (ray.exceptions.RayError, TimeoutError):
+                left = max(0.1, deadline - time.monotonic())
+                rows.append(ray.get(asked[row.name], timeout=left))
+            except (ray.exceptions.RayError, TimeoutError):  # restarting, or its node is gone
                 rows.append(recorded | {"state": "moving"})
         return rows
 
