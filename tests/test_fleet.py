@@ -169,6 +169,12 @@ def test_a_command_retried_with_its_id_runs_at_most_once(fleet: Fleet) -> None:
     assert raised.value.code is ErrorCode.E_UNAVAILABLE
     assert raised.value.data["took_effect"] == "unknown"
     assert _bump(desktop) == 3
+    # Its supervisor killed -9 alone: the actor starts it again at the next call.
+    supervisor = fleet.info("gamma")["pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(supervisor)], timeout=10)
+    assert _bump(desktop) == 4
+    assert fleet.info("gamma")["pid"] != supervisor
 
 
 def test_hibernate_kill_9_resume_keeps_the_state(fleet: Fleet) -> None:
@@ -201,12 +207,6 @@ def test_hibernate_kill_9_resume_keeps_the_state(fleet: Fleet) -> None:
     psutil.wait_procs([psutil.Process(info["pid"])], timeout=10)
     assert not psutil.pid_exists(info["pid"])
     assert _bump(desktop) == 4
-    # Its supervisor killed -9 alone: the actor starts it again at the next call.
-    supervisor = fleet.info("delta")["pid"]
-    os.kill(supervisor, signal.SIGKILL)
-    psutil.wait_procs([psutil.Process(supervisor)], timeout=10)
-    assert _bump(desktop) == 5
-    assert fleet.info("delta")["pid"] != supervisor
 
 
 def test_a_released_desktop_is_only_rows_until_its_next_call(fleet: Fleet) -> None:
