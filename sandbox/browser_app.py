@@ -42,7 +42,7 @@ from aotui.sandbox.web_generic import (
     GenericPage,
 )
 from aotui.sandbox.web_page import LOAD_TIMEOUT_S, OPERATION_TIMEOUT_S, PARSED, Page, PageHost
-from aotui.sandbox.webapp import EveryOperation
+from aotui.sandbox.webapp import EveryOperation, dispatch
 
 __all__ = ["AWI_METHODS", "MAX_TABS", "TAB_OPERATIONS", "BrowserApp", "TabView", "TabsView"]
 
@@ -109,6 +109,13 @@ _AWI_MOVES = frozenset({"navigate", "send_key", "scroll", "set_viewport", "type_
 _AWI_ACTIONS = {
     "navigate": "navigate", "send_key": "press", "scroll": "scroll", "type_text": "type",
 }  # fmt: skip
+#: Between a tab's key and the hex of a view root's key of its page: ``tab:1@496e626f78``
+#: (a view key is letters, digits and ``_ . : @ -``; a page's root key may be any text).
+MARK = "@"
+#: The longest root key a tab lists, in UTF-8 bytes.
+MAX_MARK_KEY = 100
+#: The marked views a tab lists (a page may mark any number).
+MAX_MARKED = 32
 #: wait_for --network_idle: no request of the page answered for this long.
 NETWORK_IDLE_MS = 500
 #: A terminal cell of the text snapshot, in CSS px: 140 × 45 cells are a 1120 × 720 viewport.
@@ -212,6 +219,23 @@ class TabView(View["BrowserApp"]):
             )
         extra = _buttons(TAB_OPERATIONS) + str(tab.page.tools.operations_html(None))
         header = Markup("<p>URL: {}</p>").format(tab.url)
+        marked = tab.page.world("__aotuiWeb.roots()")
+        if isinstance(marked, list) and marked:
+            # A page marked for agents (CONTRACT §3) reads as an app: its views, each a view of
+            # this tab the agent mounts, operations delivered as the page's own events.
+            roots = [r for r in dict.fromkeys(map(str, marked)) if len(r.encode()) <= MAX_MARK_KEY]
+            links = Markup("").join(
+                Markup("<li{}>{}</li>").format(
+                    self.link_attrs(MarkedView(_marked_key(self.key, root))),
+                    sanitize(root, limit=100),
+                )
+                for root in roots[:MAX_MARKED]
+            )
+            return (
+                f'<section view="{html.escape(tab.title or "Page", quote=True)}">{header}'
+                f"<p>This page marks views for agents; mount them:</p><ul>{links}</ul>"
+                f"{extra}</section>"
+            )
         state = tab.generic.evaluate("__aotuiGeneric.assist()")
         if isinstance(state, dict):
             header += _assist_line(state)
@@ -222,6 +246,53 @@ class TabView(View["BrowserApp"]):
 
 
 TabView.handlers = EveryOperation()
+
+
+class MarkedView(View["BrowserApp"]):
+    """A view a page marks for agents (CONTRACT §3), read and driven as a web app's is."""
+
+    def _where(self) -> tuple[Tab | None, str]:
+        tab_key, root = _marked_root(self.key)
+        return self.app.tabs.get(tab_key), root
+
+    def inputs(self) -> Any:
+        tab, _ = self._where()
+        return None if tab is None else (tab.page.state(), tab.url)
+
+    def render(self) -> str:
+        tab, root = self._where()
+        found = None if tab is None else tab.page.world(f"__aotuiWeb.html({json.dumps(root)})")
+        if not isinstance(found, str):
+            return (
+                f'<section view="{html.escape(root[:100], quote=True)}"><p>This page no longer '
+                "has this view; dismount it.</p></section>"
+            )
+        return found
+
+    def handle(self, call: OperationCall) -> Any:
+        tab, root = self._where()
+        if tab is None:
+            raise AotuiError(ErrorCode.E_STALE_STATE, "its tab is closed; pull again")
+        reason = self.app.catalog_check(tab, call.operation, call.args)
+        if reason is not None and not call.confirmed:
+            raise ConfirmationRequired(reason)
+        return dispatch(tab.page, root, call)
+
+
+MarkedView.handlers = EveryOperation()
+
+
+def _marked_key(tab_key: str, root: str) -> str:
+    return f"{tab_key}{MARK}{root.encode().hex()}"
+
+
+def _marked_root(key: str) -> tuple[str, str]:
+    """(tab key, root key) of a marked view's key; the root is ``""`` for any other key."""
+    tab_key, mark, encoded = key.partition(MARK)
+    try:
+        return tab_key, bytes.fromhex(encoded).decode() if mark else ""
+    except ValueError:
+        return tab_key, ""
 
 
 def _assist_line(state: dict[str, Any]) -> Markup:
@@ -277,6 +348,11 @@ class BrowserApp(App):
         return [TabsView("tabs"), *(TabView(key) for key in list(self.tabs)[:1])]
 
     def resolve_view(self, key: str) -> View[Any] | None:
+        tab_key, root = _marked_root(key)
+        if root and tab_key in self.tabs:
+            page = self.tabs[tab_key].page
+            has = page.world(f"__aotuiWeb.root({json.dumps(root)}) !== null")
+            return MarkedView(key) if has is True else None
         return TabView(key) if key in self.tabs else None
 
     def _aotui_watch(self) -> Any:
@@ -328,7 +404,7 @@ class BrowserApp(App):
             raise AotuiError(ErrorCode.E_STALE_STATE, f"{key} is closed; pull again")
         self.active = key
         op, args = call.operation, call.args
-        reason = self._catalog_check(tab, op, args)
+        reason = self.catalog_check(tab, op, args)
         if reason is not None and not call.confirmed:
             raise ConfirmationRequired(reason)
         tab.moves += 1
@@ -359,7 +435,7 @@ class BrowserApp(App):
             return result if not changed else {"result": result, **changed}
         return changed or None
 
-    def _catalog_check(self, tab: Tab, op: str, args: Any) -> str | None:
+    def catalog_check(self, tab: Tab, op: str, args: Any) -> str | None:
         """Apply the page's catalog policy to ``op`` if the desktop trusts the tab's origin
         (sandbox/assist_policy.py): ``E_PERMISSION`` if not allowed there, or why the user must
         confirm it first."""
@@ -732,7 +808,7 @@ class BrowserApp(App):
         key = self.active if self.active in self.tabs else next(iter(self.tabs))
         tab = self.tabs[key]
         governed = _AWI_ACTIONS.get(method)
-        if governed is not None and self._catalog_check(tab, governed, given) is not None:
+        if governed is not None and self.catalog_check(tab, governed, given) is not None:
             raise AotuiError(
                 ErrorCode.E_PERMISSION,
                 f"the page's catalog asks the user to confirm {governed} here, which AWI-TTY "

@@ -368,43 +368,7 @@ class WebApp(App):
             result = self.generic.handle(call)  # it waits for the page to settle itself
             page.note_state(page.world("__aotuiWeb.state()"))
             return result
-        page.refused.clear()
-        # A reference reaches the page as the item it named: its key and its data-value.
-        args = dict(call.args)
-        for name, stable in call.stable_keys.items():
-            args[name] = {"key": str(stable), "value": args.get(name)}
-        answer = page.main(
-            _DISPATCH,
-            key,
-            op,
-            args,
-            dict(call.stable_keys),
-            int(OPERATION_TIMEOUT_S * 1000),
-            await_promise=True,
-            timeout_s=OPERATION_TIMEOUT_S + 2,
-        )
-        status = answer.get("status") if isinstance(answer, dict) else None
-        if status == "gone":
-            raise AotuiError(
-                ErrorCode.E_STALE_STATE, f"view {key!r} is no longer in the page; pull again"
-            )
-        if status == "late":
-            raise AotuiError(
-                ErrorCode.E_TIMEOUT,
-                f"the page's handler of {op} did not answer within {OPERATION_TIMEOUT_S:g} s; "
-                "it may still take effect: pull to see the page",
-            )
-        page.settle(op, 0 if status in ("ok", "error") else QUIET_MS)
-        if status == "error":
-            message = sanitize(str(answer.get("message") or "no reason given"), limit=300)
-            if page.refused:
-                refused = sanitize(page.refused[0], limit=300)
-                raise AotuiError(
-                    ErrorCode.E_PERMISSION,
-                    f"{op} failed ({message}): the page's request to {refused}",
-                )
-            raise AotuiError(ErrorCode.E_APP_ERROR, f"the page refused {op}: {message}")
-        return answer.get("result") if isinstance(answer, dict) else None
+        return dispatch(page, key, call)
 
     # --- stored data --------------------------------------------------------------------------
 
@@ -416,3 +380,46 @@ class WebApp(App):
             {"expression": _SERIALIZE, "awaitPromise": True}, "to serialize its data"
         )
         return json.loads(text) if isinstance(text, str) else None
+
+
+def dispatch(page: Page, key: str, call: OperationCall) -> Any:
+    """Deliver an operation of the marked view root ``key`` to the page (CONTRACT §10: the
+    ``aotui:operation`` event) and wait for its answer and the page to settle."""
+    op = call.operation
+    page.refused.clear()
+    # A reference reaches the page as the item it named: its key and its data-value.
+    args = dict(call.args)
+    for name, stable in call.stable_keys.items():
+        args[name] = {"key": str(stable), "value": args.get(name)}
+    answer = page.main(
+        _DISPATCH,
+        key,
+        op,
+        args,
+        dict(call.stable_keys),
+        int(OPERATION_TIMEOUT_S * 1000),
+        await_promise=True,
+        timeout_s=OPERATION_TIMEOUT_S + 2,
+    )
+    status = answer.get("status") if isinstance(answer, dict) else None
+    if status == "gone":
+        raise AotuiError(
+            ErrorCode.E_STALE_STATE, f"view {key!r} is no longer in the page; pull again"
+        )
+    if status == "late":
+        raise AotuiError(
+            ErrorCode.E_TIMEOUT,
+            f"the page's handler of {op} did not answer within {OPERATION_TIMEOUT_S:g} s; "
+            "it may still take effect: pull to see the page",
+        )
+    page.settle(op, 0 if status in ("ok", "error") else QUIET_MS)
+    if status == "error":
+        message = sanitize(str(answer.get("message") or "no reason given"), limit=300)
+        if page.refused:
+            refused = sanitize(page.refused[0], limit=300)
+            raise AotuiError(
+                ErrorCode.E_PERMISSION,
+                f"{op} failed ({message}): the page's request to {refused}",
+            )
+        raise AotuiError(ErrorCode.E_APP_ERROR, f"the page refused {op}: {message}")
+    return answer.get("result") if isinstance(answer, dict) else None

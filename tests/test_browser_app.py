@@ -700,3 +700,42 @@ def test_javascript_dialogs_never_hang_a_tab_and_the_agent_answers_them(
     named = run(desktop, view, f"click --target {ref(page, 'Ask')}")
     assert named["dialogs"][0]["answered"] == "accepted with 'Ada'"
     assert "hello Ada" in tab(desktop, "Dialogs")[1]
+
+
+MARKED = """<!doctype html><html><head><title>Mail</title></head><body>
+<section view="Inbox" description="Mail to read">
+  <ul list="mail[]:inbox" id="inbox">
+    <li key="m1" data-value='"m1"'>Hello from Ada</li>
+    <li key="m2" data-value='"m2"'>Lunch?</li>
+  </ul>
+  <button operation="archive" description="Archive a mail" args='{"mail": "mail"}'>Archive</button>
+</section>
+<script>
+  document.querySelector('[view="Inbox"]').addEventListener("aotui:operation", (event) => {
+    const {operation, args} = event.detail;
+    if (operation !== "archive") return event.detail.fail("no such operation");
+    document.querySelector(`[key="${args.mail.key}"]`).remove();
+    event.detail.respond("archived " + args.mail.value);
+  });
+</script></body></html>"""
+
+
+def test_a_page_marked_for_agents_reads_as_an_app_in_its_tab(
+    desktop: RunningDesktop, site: str, tmp_path: Path
+) -> None:
+    (tmp_path / "site" / "mail.html").write_text(MARKED)
+    view, _ = tab(desktop)
+    run(desktop, view, f"navigate --url {site}/mail.html")
+    view, page = tab(desktop, "Mail")
+    assert "This page marks views for agents; mount them:\n\n- [Inbox](view:view_2)\n" in page
+    inbox = re.search(r"\[Inbox\]\(view:(view_\d+)\)", page)
+    assert inbox, page
+    desktop.client.execute(f'<context app_id="app_0">mount --view {inbox.group(1)}</context>')
+    shown = views(desktop)["Inbox"][1]
+    assert "[Hello from Ada](mail:inbox[0])" in shown
+    assert "[Archive](operation:archive)" in shown
+    archived = run(desktop, inbox.group(1), "archive --mail inbox[0]")
+    assert archived == "archived m1"
+    shown = views(desktop)["Inbox"][1]
+    assert "Hello from Ada" not in shown
+    assert "[Lunch?](mail:inbox[0])" in shown
