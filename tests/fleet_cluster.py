@@ -5,6 +5,7 @@ machine; everything it started is gone when the block ends, failed tests include
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -38,13 +39,18 @@ def _ray_processes(temp_dir: str) -> list[psutil.Process]:
 @contextlib.contextmanager
 def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
     """A head and ``workers`` worker nodes; this process connected to it (namespace aotui)."""
-    # Short: Ray's sockets go under it (107-byte socket paths).
+    # Short: Ray's sockets go under it (107-byte socket paths). Ray's default directory (where
+    # cluster_utils writes the cluster's address, and fails if it is missing) is in it too, not
+    # the machine's shared /tmp/ray.
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    os.mkdir(os.path.join(temp_dir, "ray"))
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp_dir
     head = {
         "num_cpus": 0,
         "include_dashboard": False,
         "object_store_memory": 80 << 20,
-        "temp_dir": temp_dir,
+        "temp_dir": os.path.join(temp_dir, "ray"),
         "_system_config": HEALTH,
     }
     cluster = None
@@ -64,6 +70,10 @@ def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
                 process.kill()
         psutil.wait_procs(left, timeout=5)
         shutil.rmtree(temp_dir, ignore_errors=True)
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
 
 
 def kill_node(cluster: Any, node: Any) -> None:
