@@ -59,7 +59,7 @@ OPERATIONS: dict[str, GenericOperation] = {
         "Replace the text; --submit presses Enter",
     ),
     "select": GenericOperation(
-        {"target": "control", "value": "string"}, "Label or value; a multiple select: a, b"
+        {"target": "control", "value": "string"}, "Label or value; several: a, b"
     ),
     "check": GenericOperation({"target": "control", "checked?": "boolean"}, ""),
     "press": GenericOperation(
@@ -67,15 +67,17 @@ OPERATIONS: dict[str, GenericOperation] = {
     ),
     "scroll": GenericOperation(
         {"direction?": "string", "target?": "control"},
-        "down, up, top, bottom; --target alone: to it, with --direction: within it",
+        "down, up, top, bottom (in --target), or to --target",
     ),
-    "hover": GenericOperation({"target": "control"}, "Move the mouse onto it (a hover menu)"),
+    "hover": GenericOperation({"target": "control"}, ""),
 }
 #: Listener types that make an element a control (sandbox/assets/generic.js ``bound``).
 _CLICKS = frozenset({"click", "mousedown", "mouseup", "pointerdown", "pointerup", "dblclick"})
 #: Elements with a click listener marked at most, per read (a page listening on thousands of
 #: elements is read without the rest: each costs a CDP call).
 MAX_LISTENED = 400
+#: Times a click aims again at an element the pointer's move hid or moved away.
+_AIMS = 3
 _LISTEN = "function(...els) { __aotuiGeneric.listen(...els); }"
 
 #: Named keys: ``key`` → (``code``, Windows virtual key code, the text it types).
@@ -344,10 +346,12 @@ class GenericPage:
         point = self._on(ident, "g.point(el)")
         if point and point.get("reaches"):
             self._mouse("mouseMoved", {"x": point["x"], "y": point["y"]})
-            # The pointer over it may change its box (a :hover picture not loaded yet, a hover
-            # effect that grows it): then the click waits for the page to settle and aims again.
+            # The pointer over it may move or hide it (a hover effect, a :hover picture not
+            # loaded yet): the click aims again, after the page settles while it is not hit.
             moved = self._on(ident, "g.point(el)")
-            if moved and moved.get("box") != point.get("box"):
+            for _ in range(_AIMS):
+                if moved and moved.get("reaches"):
+                    break
                 self._settle("the pointer's move")
                 moved = self._on(ident, "g.point(el)")
             point = moved

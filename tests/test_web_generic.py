@@ -423,8 +423,9 @@ CSS_ICONS = """
 </style>
 <div class="post">Ada @ada
   <span class="icon reply"></span><span class="icon" title="Retweet"></span>
-  <span class="menu"><span class="icon more"></span>
-  <span class="icon ui-icon ui-icon-disk"></span></span>
+  <span class="menu"><span class="icon more"></span></span>
+  <p>Saved <span class="icon ui-icon ui-icon-disk"></span></p>
+  <div><span class="icon ui-icon ui-icon-gripsmall"></span></div>
   <div class="row"><span class="minus">-</span> 1 <span class="plus">+</span></div>
 </div>
 <script>
@@ -446,8 +447,10 @@ def test_elements_the_page_listens_to_get_refs_named_by_text_title_or_class(
             assert f"{label}(control:page[" in markdown, markdown
         # The row listens too, but holds controls of its own: it is their container.
         assert "[- 1 +]" not in markdown
-        # An icon without a listener reads as a picture named by its classes.
-        assert "[image: disk]" in markdown
+        # An icon without a listener in a line of text reads as a picture named by its
+        # classes; alone (a resize handle), it is left out.
+        assert "Saved [image: disk]" in markdown
+        assert "gripsmall" not in markdown
         agent.run(f"click --target {agent.ref('button', 'reply')}")
         agent.run(f"click --target {agent.ref('button', '+')}")
         assert agent.evaluate("log") == ["icon reply:true", "plus:true", "row"]

@@ -96,7 +96,7 @@
     // An item of a list is one of its own (a tree's nested items take the list's cursor).
     const up = el.tagName === "LI" ? null : el.parentElement;
     return (!up || getComputedStyle(up).cursor !== "pointer") && !el.querySelector(INNER) &&
-      !holdsTargets(el, false);
+      (listened.has(el) || !holdsTargets(el, false));
   }
 
   // Whether `el` holds elements the page listens to (or, `pointers`, where a pointer cursor
@@ -164,38 +164,42 @@
     return el.tagName === "text" ? r.height : Math.max(r.width, r.height);
   };
 
-  // "small"/"large" where the clickable shapes of one figure come in sizes 1.5× apart.
-  let sizes = new Map();
-  function sizeWord(el) {
-    const root = el.ownerSVGElement || el;
-    let range = sizes.get(root);
-    if (!range) {
-      const all = Array.from(root.querySelectorAll("*")).filter((s) =>
-        (svgKind(s) || s.tagName === "text") && getComputedStyle(s).cursor === "pointer")
-        .map(shapeSize).filter((n) => n > 0);
-      range = [Math.min(...all), Math.max(...all)];
-      sizes.set(root, range);
+  // A figure's clickable shapes: their smallest and largest size (a size is said where they
+  // are 1.5× apart: "small" and "large" are relative; a colour always).
+  let figures = new Map();
+  function figure(root) {
+    let seen = figures.get(root);
+    if (!seen) {
+      const shapes = Array.from(root.querySelectorAll("*")).filter((s) =>
+        (svgKind(s) || s.tagName === "text") &&
+        (getComputedStyle(s).cursor === "pointer" || listened.has(s)));
+      const all = shapes.map(shapeSize).filter((n) => n > 0);
+      seen = { low: Math.min(...all), high: Math.max(...all) };
+      figures.set(root, seen);
     }
-    const [low, high] = range;
-    if (!(high >= 1.5 * low)) return "";
-    return shapeSize(el) < Math.sqrt(low * high) ? "small" : "large";
+    return seen;
   }
 
   // A shape's name: its text, else its kind (of its first shape for a group), then in
-  // parentheses its size and colour: "q (small red)", "circle (large blue)".
+  // parentheses its size where it tells it apart and its colour: "q (small red)".
   function svgName(el) {
     const text = clip(el.textContent || "");
     const shape = svgKind(el) ? el : Array.from(el.querySelectorAll("*")).find(svgKind);
     const painted = text ? (el.tagName === "text" ? el : el.querySelector("text") || el) : shape;
     const name = labelsOf(el) || text || (shape ? svgKind(shape) : "figure");
-    const looks = [painted ? sizeWord(painted) : "", painted ? colourOf(painted) : ""]
-      .filter(Boolean).join(" ");
+    if (!painted || name === "shape") return name;  // a path: its colour tells nothing apart
+    const { low, high } = figure(el.ownerSVGElement || el);
+    const size = high >= 1.5 * low ? (shapeSize(painted) < Math.sqrt(low * high) ? "small" :
+      "large") : "";
+    const looks = [size, colourOf(painted)].filter(Boolean).join(" ");
     return looks ? `${name} (${looks})` : name;
   }
 
   // An icon drawn by CSS (an empty element of class "…icon…"): the words of its classes.
+  // Framework words that name no action (jQuery UI, Bootstrap, Font Awesome...).
   const NOISE = new Set(["ui", "icon", "icons", "fa", "fas", "far", "glyphicon", "btn", "js",
-    "button", "material", "bi"]);
+    "button", "material", "bi", "corner", "all", "state", "default", "widget", "content",
+    "helper", "clearfix", "active", "hover", "focus", "hitarea", "sm", "lg", "xs", "md"]);
   function classWords(el) {
     const words = [];
     for (const cls of el.classList) {
@@ -203,10 +207,14 @@
         if (w && !NOISE.has(w) && !/^\d+$/.test(w) && !words.includes(w)) words.push(w);
       }
     }
-    return clip(words.join(" "));
+    return clip(words.slice(0, 3).join(" "));
   }
+  // Drawn where it means something: in a line of text (a menu item's, an instruction's), not
+  // on a button that has its own words, nor alone (a resize handle).
   const isIcon = (el) => !el.firstElementChild && !(el.textContent || "").trim() &&
-    /icon/i.test(el.getAttribute("class") || "");
+    /icon/i.test(el.getAttribute("class") || "") && !!el.parentElement &&
+    Array.from(el.parentElement.childNodes).some((n) => n.nodeType === 3 && n.data.trim()) &&
+    !el.closest("button, [role=button]");
 
   function labelsOf(el) {
     const by = el.getAttribute("aria-labelledby");
@@ -231,7 +239,8 @@
       clip(el.getAttribute("placeholder") || "") ||
       clip(el.textContent || (box ? "" : el.value) || "") ||
       clip((el.querySelector && el.querySelector("img[alt]") || {}).alt || "") ||
-      (el.tagName === "INPUT" ? "" : classWords(el));
+      (el.tagName === "INPUT" || el.hasAttribute("role") || el.hasAttribute("tabindex") ? "" :
+        classWords(el));
   }
 
   function checked(el) {
@@ -250,7 +259,8 @@
   // What a control that opens something shows: ▸ closed, ▾ open (aria-expanded, or a submenu
   // it has, aria-haspopup, or a list of its own that is hidden: a folder of a tree).
   function expandable(el, r) {
-    if (["textbox", "combobox", "searchbox"].includes(r)) return "";
+    // A tab is selected, not opened (jQuery UI's tabs and accordions say aria-expanded).
+    if (["textbox", "combobox", "searchbox", "tab"].includes(r)) return "";
     const open = el.getAttribute("aria-expanded");
     if (open === "true") return " ▾";
     if (open === "false" || ["true", "menu"].includes(el.getAttribute("aria-haspopup"))) return " ▸";
@@ -346,7 +356,7 @@
 
   function renderOnce(fold) {
     const live = new Set();
-    sizes = new Map();
+    figures = new Map();
     let depth = 0;
     const far = (el) => {
       const r = el.getBoundingClientRect();
@@ -437,6 +447,7 @@
         }
         if (tag === "A") return inner;
         if (tag === "text") return ` <span>${inner}</span> `;  // an SVG figure's words apart
+        if (isSvg(el)) return `<span>${inner}</span>`;
         if (style.display.startsWith("inline")) return `<span>${inner}</span>`;
         // A label reads with the control beside it, however the page lays it out.
         return tag === "LABEL" ? ` <span>${inner}</span> ` : `<div>${inner}</div>`;
@@ -492,15 +503,14 @@
     };
     const x = r.left + r.width / 2;
     const y = r.top + r.height / 2;
-    const box = [r.left, r.top, r.width, r.height].map(Math.round).join();
-    if (reaches(x, y)) return { x, y, reaches: true, box };
+    if (reaches(x, y)) return { x, y, reaches: true };
     const tries = [];
     for (let i = 1; i < 10; i++) {
       for (let j = 1; j < 10; j++) tries.push([r.left + r.width * i / 10, r.top + r.height * j / 10]);
     }
     tries.sort((a, b) => Math.hypot(a[0] - x, a[1] - y) - Math.hypot(b[0] - x, b[1] - y));
     const found = tries.find(([tx, ty]) => reaches(tx, ty));
-    return found ? { x: found[0], y: found[1], reaches: true, box } : { x, y, reaches: false, box };
+    return found ? { x: found[0], y: found[1], reaches: true } : { x, y, reaches: false };
   }
 
   // Marks elements the page listens to clicks on (see bound()).
