@@ -116,6 +116,8 @@ MARK = "@"
 MAX_MARK_KEY = 100
 #: The marked views a tab lists (a page may mark any number).
 MAX_MARKED = 32
+#: How long a refused navigation's error page may take to commit (then it is left).
+ERROR_PAGE_S = 2.0
 #: wait_for --network_idle: no request of the page answered for this long.
 NETWORK_IDLE_MS = 500
 #: A terminal cell of the text snapshot, in CSS px: 140 × 45 cells are a 1120 × 720 viewport.
@@ -219,7 +221,10 @@ class TabView(View["BrowserApp"]):
             )
         extra = _buttons(TAB_OPERATIONS) + str(tab.page.tools.operations_html(None))
         header = Markup("<p>URL: {}</p>").format(tab.url)
-        marked = tab.page.world("__aotuiWeb.roots()")
+        # Asked in the reader's own world first: the runtime's world may not exist for every
+        # document (an error page), and most pages mark nothing.
+        has_marks = tab.generic.evaluate('document.querySelector("[view]") !== null') is True
+        marked = tab.page.world("__aotuiWeb.roots()") if has_marks else None
         if isinstance(marked, list) and marked:
             # A page marked for agents (CONTRACT §3) reads as an app: its views, each a view of
             # this tab the agent mounts, operations delivered as the page's own events.
@@ -490,7 +495,7 @@ class BrowserApp(App):
                 )
             was = page.cdp("Page.getNavigationHistory", {})
             error = page.navigate(url, LOAD_TIMEOUT_S, PARSED)
-            if error:
+            if error and "ERR_ABORTED" not in error:  # an aborted one commits no error page
                 self._leave_error_page(page, was)
         else:
             error = self._history(page, how)
@@ -530,16 +535,19 @@ class BrowserApp(App):
     def _leave_error_page(self, page: Page, was: dict[str, Any]) -> None:
         """A failed navigation leaves Chromium's error page in the tab: back to where it was,
         so that a refused navigation changes nothing."""
-        for _ in range(40):  # the error page may still be being committed: ~2 s at most
+        # Page.navigate answers with the error before the error page commits (a loaded
+        # machine shows it later): wait for its history entry, 2 s at most.
+        deadline = time.monotonic() + ERROR_PAGE_S
+        while True:
             try:
                 now = page.cdp("Page.getNavigationHistory", {})
-                break
+                if int(now["currentIndex"]) > int(was["currentIndex"]):
+                    break
             except CDPError:
-                page.host.pump(0.05)
-        else:
-            return
-        if int(now["currentIndex"]) <= int(was["currentIndex"]):
-            return
+                pass
+            if time.monotonic() >= deadline:
+                return
+            page.host.pump(0.05)
         entry = was["entries"][int(was["currentIndex"])]
         page.forget_navigations()
         page.cdp("Page.navigateToHistoryEntry", {"entryId": entry["id"]})

@@ -57,6 +57,8 @@ _CRASHES = ("Inspector.targetCrashed", "Target.targetCrashed", "Inspector.detach
 #: Events kept for a waiter rather than handled: a document loaded (or parsed), a
 #: same-document navigation.
 _WAITED = ("Page.loadEventFired", "Page.domContentEventFired", "Page.navigatedWithinDocument")
+#: How long a document's runtime world may take to appear before it is made directly.
+WORLD_LATE_S = 0.5
 #: Dialogs told in one operation's answer (a page may open them in a loop).
 MAX_DIALOGS = 8
 #: A document parsed and its deferred scripts run (not yet its images or async scripts).
@@ -350,6 +352,20 @@ class Page:
             self.host.changed()
         return method not in _WAITED
 
+    def _make_world(self) -> None:
+        """The runtime's world, made now: a document the browser gave none (one reached back
+        from an error page, seen under load) would otherwise never be read."""
+        try:
+            made = self.cdp("Page.createIsolatedWorld", {"frameId": self.frame, "worldName": WORLD})
+            context = int(made["executionContextId"])
+            self.cdp(
+                "Runtime.evaluate",
+                {"expression": asset("web_runtime.js"), "contextId": context},
+            )
+        except (CDPError, KeyError, ValueError):
+            return  # the document is going away: the next one brings its own
+        self.context = context
+
     def _track_context(self, method: str, params: dict[str, Any]) -> None:
         """Follow the runtime's isolated world from document to document."""
         if method == "Runtime.executionContextCreated":
@@ -483,12 +499,17 @@ class Page:
     ) -> Any:
         """``expression``'s value in the runtime's isolated world of the current document."""
         deadline = time.monotonic() + timeout_s
+        late = time.monotonic() + WORLD_LATE_S
         while True:
             while self.context is None:
                 if time.monotonic() >= deadline:
                     raise AotuiError(
                         ErrorCode.E_TIMEOUT, "the page's document did not start in time"
                     )
+                if time.monotonic() >= late:
+                    self._make_world()
+                    late = deadline
+                    continue
                 self.host.pump(0.05)
             params = {"expression": expression, "contextId": self.context}
             try:
