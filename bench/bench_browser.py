@@ -283,8 +283,19 @@ def our_ref(label: str, ref: str) -> OurRef:
         return OurRef("text", " ".join(q for q in quoted if q), ref)
     box = re.match(r"^(?:\[[ xX]\]|\([ xX]\))\s*(.*)$", inner)
     if box:
-        return OurRef("box", box.group(1), ref)
-    return OurRef("click", re.sub(r"\\([\\\[\]])", r"\1", inner), ref)
+        return OurRef("box", _bare(box.group(1)), ref)
+    return OurRef("click", _bare(re.sub(r"\\([\\\[\]])", r"\1", inner)), ref)
+
+
+#: What our label adds to a control's name (sandbox/assets/generic.js): its icon's picture
+#: before it; its state (disabled, a closed or open menu or folder) or, for an SVG shape, its
+#: size and colour after it.
+_ICON = re.compile(r"^(?:\[image: [^\]]*\]\s*)+")
+_STATE = re.compile(r"(?: \(disabled\)| [▸▾]| \((?:(?:small|large) )?[a-z]+\))+$")
+
+
+def _bare(name: str) -> str:
+    return _STATE.sub("", _ICON.sub("", name)) or name
 
 
 # --- the peer -------------------------------------------------------------------------------------

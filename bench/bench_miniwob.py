@@ -504,11 +504,12 @@ def search_engine(agent: Agent) -> None:
 
 
 def _textarea(agent: Agent, nth: int = 0) -> str:
-    found = re.findall(r'\[\[textarea value="((?:[^"\\]|\\.)*)"\]\]', agent.text)
+    found = re.findall(r'\[\[textarea value="((?:[^"\\]|\\.)*)"[^\]]*\]\]', agent.text)
     if len(found) <= nth:
         raise Failed("no textarea with a value")
-    value: str = found[nth]
-    return value.replace('\\"', '"').replace("\\\\", "\\")
+    # The value as it is (sandbox/controls.py): \" \\ \n \t escaped, its spaces kept.
+    escapes = {"n": "\n", "t": "\t"}
+    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), m.group(1)), found[nth])
 
 
 def copy_paste(agent: Agent) -> None:
@@ -524,10 +525,9 @@ def click_scroll_list(agent: Agent) -> None:
     if wanted is None:
         raise Failed("no 'Select … from the scroll list' instruction")
     names = re.split(r", | and ", wanted.group(1))
-    if len(names) > 1:
-        raise Failed(f"{len(names)} items of a multiple select: select takes one value")
     field = agent.ref_like(r"\[select: .*")
-    agent.run(f"select --target {field} --value {json.dumps(names[0])}")
+    # A multiple select takes its options comma-separated.
+    agent.run(f"select --target {field} --value {json.dumps(', '.join(names))}")
     agent.click("Submit")
 
 
@@ -601,11 +601,31 @@ def click_collapsible_2(agent: Agent) -> None:
 
 def click_menu_2(agent: Agent) -> None:
     quoted = agent.quoted()
-    if len(quoted) < 2:
-        raise Failed("the item is named by its icon (an image without text or alt)")
+    icon = re.search(r"the item with the (\[image: [^\]]*\]) icon", agent.instruction())
+    if len(quoted) < 2 and icon is None:
+        raise Failed("the item is named neither by a label nor by an icon")
+
+    def wanted(label: str) -> bool:  # "[image: disk]Save": the icon, then the label
+        if icon is not None:
+            return label.startswith(icon.group(1))
+        return re.sub(r"^\[image: [^\]]*\]", "", label).removesuffix(" ▸") == quoted[1]
+
     agent.click("Menu")
     agent.read()
-    agent.click(quoted[1])
+    tried: set[str] = set()
+    for _ in range(4):
+        found = [ref for label, ref in agent.refs() if wanted(label)]
+        if found:
+            agent.run(f"click --target {found[0]}")
+            return
+        # Not shown: in a submenu, which opens on hover (after the menu's own delay).
+        opens = [ref for label, ref in agent.refs() if label.endswith(" ▸") and ref not in tried]
+        if not opens:
+            break
+        tried.add(opens[0])
+        agent.run(f"hover --target {opens[0]}")
+        agent.read_until(lambda text: any(wanted(label) for label, _ in _REF.findall(text)), 10)
+    raise Failed("no such item in the menu or its submenus")
 
 
 def button_delay(agent: Agent) -> None:
@@ -641,21 +661,20 @@ def _keys(agent: Agent, field: str, text: str) -> None:
 
 def navigate_tree(agent: Agent) -> None:
     wanted = agent.quoted()[0]
-    tried: set[str] = set()
     for _ in range(20):
-        names = [(label, ref) for label, ref in agent.refs() if not label.startswith("[")]
-        if wanted in [label for label, _ in names]:
-            agent.click(wanted)
+        names = [
+            (label.removesuffix(" ▸").removesuffix(" ▾"), label, ref) for label, ref in agent.refs()
+        ]
+        hit = next((ref for name, _, ref in names if name == wanted), None)
+        if hit is not None:
+            agent.run(f"click --target {hit}")
             return
-        # Which items are folders the Markdown does not say: open the first not tried.
-        fresh = [(label, ref) for label, ref in names if ref not in tried]
-        if not fresh:
+        # A closed folder reads "Name ▸": open the first.
+        closed = [ref for _, label, ref in names if label.endswith(" ▸")]
+        if not closed:
             break
-        tried.add(fresh[0][1])
-        agent.run(f"click --target {fresh[0][1]}")
+        agent.run(f"click --target {closed[0]}")
         agent.read()
-        if "[START](control:" in agent.text:
-            return  # the click was on a file: the episode ended
     raise Failed(f"{wanted!r} not found")
 
 
@@ -663,7 +682,30 @@ def social_media(agent: Agent) -> None:
     found = re.search(r'For the user (@\w+), click on the "(.*)" button', agent.instruction())
     if found is None:
         raise Failed("no 'For the user' instruction")
-    agent.click(found.group(2))
+    user, action = found.group(1), found.group(2)
+    lines = agent.text.splitlines()
+    # The user's post: its line "Name @user 3h ago", its text, then its icons' refs
+    # (named by their classes: reply, retweet, like, more).
+    start = next((i for i, line in enumerate(lines) if f"{user} " in f"{line} "), None)
+    if start is None:
+        raise Failed(f"no post of {user}")
+    icons = next((line for line in lines[start + 1 :] if "](control:" in line), "")
+    refs = dict(_REF.findall(icons))
+    if action.lower() in refs:
+        agent.run(f"click --target {refs[action.lower()]}")
+        return
+    if "more" not in refs:
+        raise Failed(f"no 'more' icon in {user}'s post")
+    # The other actions are in the post's menu, opened by "more".
+    agent.run(f"click --target {refs['more']}")
+    agent.read()
+    item = next(
+        (ref for label, ref in agent.refs() if label == action or label.startswith(f"{action} @")),
+        None,
+    )
+    if item is None:
+        raise Failed(f"no menu item {action!r}")
+    agent.run(f"click --target {item}")
 
 
 _ORDINAL = r"(\d+)(?:st|nd|rd|th)"
@@ -786,8 +828,119 @@ def sign_agreement(agent: Agent) -> None:
 
 
 def order_food(agent: Agent) -> None:
-    # Each dish's quantity has "-" and "+" controls: the Markdown shows them as text, no refs.
-    agent.click("+")
+    lines = agent.text.splitlines()
+    # Each dish: its name, its diet images ("[image: vegan]"), then its "-" and "+" refs.
+    dishes: list[tuple[str, str, str]] = []  # (name, images, ref of +)
+    for i, line in enumerate(lines):
+        plus = re.search(r"\[\+\]\(control:(page\[\d+\])\)", line)
+        if plus and i >= 2:
+            dishes.append((lines[i - 2].strip(), lines[i - 1], plus.group(1)))
+    by_name = re.match(r"Order one of each item: (.*)", agent.instruction())
+    by_type = re.match(r"Order (\d+) items that are (.*)", agent.instruction())
+    if by_name:
+        wanted = [name.strip() for name in by_name.group(1).split(",")]
+        chosen = [ref for name, _, ref in dishes if name in wanted]
+        if len(chosen) != len(wanted):
+            raise Failed(f"not every dish of {wanted} shown")
+    elif by_type:
+        count, kind = int(by_type.group(1)), by_type.group(2).strip()
+        fitting = [ref for _, images, ref in dishes if f"[image: {kind}]" in images]
+        if not fitting:
+            raise Failed(f"no {kind} dish")
+        chosen = [fitting[i % len(fitting)] for i in range(count)]  # one dish twice if need be
+    else:
+        raise Failed("no 'Order …' instruction")
+    for ref in chosen:
+        agent.run(f"click --target {ref}")
+    agent.read()
+    agent.click("Order!")
+
+
+# --- figures (inline SVG): refs named "q (small red)", "circle (large blue)" ---------------------
+
+_FIGURE = re.compile(r"^(.+?) \(((?:small|large) )?([a-z]+)\)$")
+
+
+def _figures(agent: Agent) -> list[tuple[str, str, str, str]]:
+    """The shapes of the figure: (name, size, colour, ref); a name is a shape or a character."""
+    found = []
+    for label, ref in agent.refs():
+        m = _FIGURE.match(label)
+        if m:
+            found.append((m.group(1), (m.group(2) or "").strip(), m.group(3), ref))
+    return found
+
+
+def _kind(name: str) -> str:
+    if name in ("circle", "rectangle", "triangle"):
+        return "shape"
+    return "digit" if name.isdigit() else "letter"
+
+
+def _described(desc: str) -> Callable[[tuple[str, str, str, str]], bool]:
+    """MiniWoB's shape description ("small red letter", "large 7", "blue item") as a test."""
+    words = desc.split()
+    size = words.pop(0) if words and words[0] in ("small", "large") else ""
+    what = words.pop() if words else "item"
+    colour = words[0] if words else ""
+
+    def test(figure: tuple[str, str, str, str]) -> bool:
+        name, shown_size, shown_colour, _ = figure
+        return (
+            (not size or shown_size == size)
+            and (not colour or shown_colour == colour)
+            and (what in ("item", name, _kind(name)))
+        )
+
+    return test
+
+
+def click_shape(agent: Agent) -> None:
+    found = re.match(r"Click on an? (.*)", agent.instruction())
+    if found is None:
+        raise Failed("no 'Click on a …' instruction")
+    figures = _figures(agent)
+    desc = found.group(1)
+    if not any(size for _, size, _, _ in figures):  # one size for all: "small"/"large" unsaid
+        desc = re.sub(r"^(small|large) ", "", desc)
+    matching = [f for f in figures if _described(desc)(f)]
+    if not matching:
+        raise Failed(f"no figure is a {found.group(1)}")
+    agent.run(f"click --target {matching[0][3]}")
+
+
+def count_shape(agent: Agent) -> None:
+    found = re.match(r"How many (.*)s are there\?", agent.instruction())
+    if found is None:
+        raise Failed("no 'How many …s are there?' instruction")
+    figures = _figures(agent)
+    desc = found.group(1)
+    if not any(size for _, size, _, _ in figures):  # one size for all: "small"/"large" unsaid
+        desc = re.sub(r"^(small|large) ", "", desc)
+    count = len([f for f in figures if _described(desc)(f)])
+    agent.click(str(count))
+
+
+def identify_shape(agent: Agent) -> None:
+    figures = _figures(agent)
+    if not figures:
+        raise Failed("no figure")
+    name = figures[0][0]
+    kind = _kind(name)
+    agent.click(
+        name.capitalize() if kind == "shape" else "Letter" if kind == "letter" else "Number"
+    )
+
+
+def click_pie(agent: Agent) -> None:
+    wanted = agent.quoted()[0]
+    # The menu opens by its "+" (the spreader), animated: read until its items are large.
+    spreader = agent.ref_like(r"\+ \(.*\)")
+    agent.run(f"click --target {spreader}")
+    time.sleep(0.3)  # the wheel's opening animation
+    agent.read()
+    item = agent.ref_like(re.escape(wanted) + r" \(.*\)")
+    agent.run(f"click --target {item}")
 
 
 SCRIPTS: dict[str, Callable[[Agent], None]] = {
@@ -854,6 +1007,11 @@ SCRIPTS: dict[str, Callable[[Agent], None]] = {
     "multi-layouts": multi_layouts,
     "sign-agreement": sign_agreement,
     "order-food": order_food,
+    "click-shape": click_shape,
+    "count-shape": count_shape,
+    "identify-shape": identify_shape,
+    "click-pie": click_pie,
+    "click-pie-nodelay": click_pie,
 }
 
 
