@@ -178,14 +178,14 @@ class GenericPage:
                 "DOMDebugger.getEventListeners",
                 {"objectId": main["result"]["objectId"], "depth": -1, "pierce": False},
             )["listeners"]
-            fresh = []
-            for listener in found:
-                node = listener.get("backendNodeId")
-                if listener.get("type") in _CLICKS and node and node not in self._listened:
-                    self._listened.add(node)
-                    fresh.append(node)
+            fresh = {
+                listener["backendNodeId"]
+                for listener in found
+                if listener.get("type") in _CLICKS and listener.get("backendNodeId")
+            } - self._listened
             handles = []
-            for node in fresh[:MAX_LISTENED]:
+            for node in sorted(fresh)[:MAX_LISTENED]:  # the rest at the next read
+                self._listened.add(node)
                 where = {"backendNodeId": node, "executionContextId": self._world, **group}
                 try:
                     resolved = self._cdp("DOM.resolveNode", where)

@@ -26,7 +26,7 @@ from aotui.protocol.args import coerce_args, parse_arg_schema
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.grammar import parse_commands
 from aotui.protocol.structure import sanitize
-from aotui.sandbox import browser
+from aotui.sandbox import browser, web_generic
 from aotui.sandbox.render import RenderedView, render_view
 from aotui.sandbox.sdk import OperationCall
 from aotui.sandbox.web_generic import GenericPage
@@ -454,6 +454,20 @@ def test_elements_the_page_listens_to_get_refs_named_by_text_title_or_class(
         agent.run(f"click --target {agent.ref('button', 'reply')}")
         agent.run(f"click --target {agent.ref('button', '+')}")
         assert agent.evaluate("log") == ["icon reply:true", "plus:true", "row"]
+
+
+def test_listened_elements_past_the_per_read_bound_are_marked_at_the_next_read(
+    tmp_path: Path, chromium: browser.Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web_generic, "MAX_LISTENED", 2)
+    body = (
+        "<span>a</span> <span>b</span> <span>c</span><script>for (const s of"
+        " document.querySelectorAll('span')) s.addEventListener('click', () => {});</script>"
+    )
+    with served(page(tmp_path, body)) as base:
+        agent = Agent(chromium, f"{base}/index.html")
+        assert len(REF.findall(agent.pull())) == 2  # two resolved in this read
+        assert len(REF.findall(agent.pull())) == 3  # and the third in the next
 
 
 CONTROLS = """
