@@ -565,24 +565,15 @@ def test_a_connection_flood_is_refused_and_the_supervisor_stays_up(start_desktop
 # --- item 4 and 11: a client that never reads, malformed multipart messages -------------------
 
 
-def test_a_client_that_never_reads_cannot_starve_the_others(start_desktop: Start) -> None:
-    desktop = start_desktop(["lister", "echo", "crashy"])
-    client = desktop.client
-    client.execute(
-        "<context>open --application app_0; open --application app_1; "
-        "open --application app_2</context>"
-    )
-    for _ in range(20):  # warm up: the allocator's arenas for ordinary work
-        client.snapshot()
-    before = client.status()["rss_bytes"]
+def _burst_and_pings(client: Client, other: Client) -> tuple[list[float], int]:
+    """Pings from ``other`` while a client that never reads sends 10,000 snapshot requests:
+    their waits, sorted, and the supervisor's RSS at the end of the burst."""
     context = zmq.Context()
     flood = context.socket(zmq.DEALER)
     flood.setsockopt(zmq.LINGER, 0)
     flood.setsockopt(zmq.SNDHWM, 0)
     flood.setsockopt(zmq.RCVHWM, 1)  # and never reads
     flood.connect(client.paths.control)
-    other = desktop.new_client(timeout_s=5)
-    other.ping()
     waits: list[float] = []
 
     def pings() -> None:
@@ -599,15 +590,37 @@ def test_a_client_that_never_reads_cannot_starve_the_others(start_desktop: Start
             flood.send(codec.encode(Request(request_id + 1, "snapshot", {})))
         pinger.join(timeout=30)
         assert len(waits) == 50, waits
-        waits.sort()
-        # The worst of 50 pings while 10,000 requests wait: 0.9 s when receiving the burst kept
-        # the loop from serving the ping received among it, 0.01-0.15 s since (2 busy cores).
-        assert waits[-1] < 0.45, waits
-        peak = client.status()["rss_bytes"]
+        peak = int(client.status()["rss_bytes"])
     finally:
         pinger.join(timeout=30)
         flood.close(linger=0)
         context.term()
+    return sorted(waits), peak
+
+
+def test_a_client_that_never_reads_cannot_starve_the_others(start_desktop: Start) -> None:
+    desktop = start_desktop(["lister", "echo", "crashy"])
+    client = desktop.client
+    client.execute(
+        "<context>open --application app_0; open --application app_1; "
+        "open --application app_2</context>"
+    )
+    for _ in range(20):  # warm up: the allocator's arenas for ordinary work
+        client.snapshot()
+    before = client.status()["rss_bytes"]
+    other = desktop.new_client(timeout_s=5)
+    other.ping()
+    # The worst of 50 pings while 10,000 requests wait: 0.9 s when receiving the burst kept the
+    # loop from serving the ping received among it, 0.01-0.15 s since (2 busy cores). A machine
+    # loaded far past its cores can stall one ping on its own, so a second burst is measured
+    # before calling it starvation: the fault made every burst's worst ping wait.
+    worst, peak = [], 0
+    for _ in range(2):
+        ping_waits, peak = _burst_and_pings(client, other)
+        worst.append(ping_waits[-1])
+        if worst[-1] < 0.45:
+            break
+    assert min(worst) < 0.45, worst
     time.sleep(1.0)
     after = client.status()["rss_bytes"]
     # Bounded while it lasted and given back after: not 100 MB kept for replies nobody reads.
