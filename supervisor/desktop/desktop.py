@@ -489,20 +489,23 @@ class Desktop:
         seen = (refs or {}).get((app.app_id, view_id), view)
         coerced = coerce_args(parse_arg_schema(spec.args), command.args, _resolver(seen, view_id))
         self.instrument.resolved(command, coerced.args)  # a chaos run records them
-        if spec.confirm or rule is not None:
-            return await self._ask_user(
-                PendingConfirmation(
-                    ident="",
-                    app=app.app_id,
-                    app_name=app.name,
-                    view_key=view.key,
-                    view_id=view_id,
-                    operation=command.target,
-                    args=coerced.args,
-                    stable_keys=coerced.stable_keys,
-                    reason=rule or f"{app.name} marks {command.target} confirm",
-                )
+
+        def asking(reason: str) -> PendingConfirmation:
+            return PendingConfirmation(
+                ident="",
+                app=app.app_id,
+                app_name=app.name,
+                view_key=view.key,
+                view_id=view_id,
+                operation=command.target,
+                args=coerced.args,
+                stable_keys=coerced.stable_keys,
+                reason=reason,
             )
+
+        if spec.confirm or rule is not None:
+            marked = f"{app.name} marks {command.target} confirm"
+            return await self._ask_user(asking(rule or marked))
         try:
             return await self._operate(
                 app, view.key, command.target, coerced.args, coerced.stable_keys, deadline
@@ -513,19 +516,7 @@ class Desktop:
                 raise
         # The app asked for the user's confirmation before doing anything (sdk
         # ConfirmationRequired): the same flow as an operation marked confirm.
-        return await self._ask_user(
-            PendingConfirmation(
-                ident="",
-                app=app.app_id,
-                app_name=app.name,
-                view_key=view.key,
-                view_id=view_id,
-                operation=command.target,
-                args=coerced.args,
-                stable_keys=coerced.stable_keys,
-                reason=f"{app.name} asks: {asked}",
-            )
-        )
+        return await self._ask_user(asking(f"{app.name} asks: {asked}"))
 
     async def _operate(
         self,
