@@ -57,9 +57,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import html.parser
-import http.server
 import json
 import os
 import re
@@ -69,7 +67,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -83,6 +80,7 @@ from aotui.protocol.errors import AotuiError  # noqa: E402
 from aotui.sandbox import browser  # noqa: E402
 from aotui.supervisor.manifest import BUNDLED_APPS_DIR  # noqa: E402
 from bench.bench_desktop import Desktop, _pct  # noqa: E402
+from bench.loopback import Quiet, serve  # noqa: E402
 
 GOALS = {"tokens": 0.5, "docs": 0.25, "coverage": 1.0, "navigate": 0.5, "action": 30.0}
 TODOMVC_TARBALL = ROOT / ".venv" / "todomvc-0.1.1.tgz"
@@ -155,7 +153,7 @@ def _unpack_todomvc(into: Path) -> Path | None:
     return into / "package" / "examples"
 
 
-class _Site(http.server.SimpleHTTPRequestHandler):
+class _Site(Quiet):
     """The corpora under one root; MiniWoB task pages with :data:`MINIWOB_START` added."""
 
     protocol_version = "HTTP/1.1"
@@ -175,24 +173,11 @@ class _Site(http.server.SimpleHTTPRequestHandler):
                 return
         super().do_GET()
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
 
 @contextlib.contextmanager
 def _serve(directory: Path) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_Site, directory=str(directory))
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        # By name: the Browser's grant is net:http:localhost.
-        yield f"http://localhost:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serve(directory, _Site) as port:
+        yield f"http://localhost:{port}"  # by name: the Browser's grant is net:http:localhost
 
 
 # --- ours -----------------------------------------------------------------------------------------

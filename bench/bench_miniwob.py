@@ -27,15 +27,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import http.server
 import json
 import os
 import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,6 +45,7 @@ from aotui.protocol.errors import AotuiError  # noqa: E402
 from aotui.sandbox import browser  # noqa: E402
 from aotui.supervisor.manifest import BUNDLED_APPS_DIR  # noqa: E402
 from bench.bench_desktop import Desktop  # noqa: E402
+from bench.loopback import Quiet, serve  # noqa: E402
 
 GOAL_TYPES = 25
 GOAL_REWARD = 0.9
@@ -64,29 +62,17 @@ class Failed(Exception):
 # --- the page, on loopback -----------------------------------------------------------------------
 
 
-class _Site(http.server.SimpleHTTPRequestHandler):
+class _Site(Quiet):
     def guess_type(self, path: str | os.PathLike[str]) -> str:
         # The pages declare no charset: served as UTF-8, which they are.
         kind = super().guess_type(path)
         return f"{kind}; charset=utf-8" if kind == "text/html" else kind
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
 
 @contextlib.contextmanager
 def _serve(directory: Path) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_Site, directory=str(directory))
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://localhost:{server.server_address[1]}"  # the grant is net:http:localhost
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serve(directory, _Site) as port:
+        yield f"http://localhost:{port}"  # the grant is net:http:localhost
 
 
 # --- the agent -----------------------------------------------------------------------------------

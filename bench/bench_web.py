@@ -36,13 +36,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import http.server
 import json
 import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -62,6 +60,7 @@ from aotui.sandbox.webapp import WebApp  # noqa: E402
 from aotui.supervisor.broker.http import BrokerPolicy, fetch  # noqa: E402
 from bench.bench_desktop import TEST_APPS, Desktop, _pct  # noqa: E402
 from bench.bench_render import list_view_html  # noqa: E402
+from bench.loopback import Quiet, serve  # noqa: E402
 
 TASKS = ROOT / "apps" / "tasks"
 HELPER = ROOT / "sandbox" / "assets" / "aotui.js"
@@ -135,7 +134,7 @@ def _app(where: Path, name: str, manifest: dict[str, Any], page: str | None = No
     return app
 
 
-class _Site(http.server.SimpleHTTPRequestHandler):
+class _Site(Quiet):
     """The bench's loopback server: the apps' files for Playwright, and ``/ping`` to fetch."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as a server usually offers it
@@ -157,23 +156,9 @@ class _Site(http.server.SimpleHTTPRequestHandler):
             return
         super().do_GET()
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
-
-@contextlib.contextmanager
-def _serve(directory: Path) -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_Site, directory=str(directory))
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+def _serve(directory: Path) -> contextlib.AbstractContextManager[int]:
+    return serve(directory, _Site)
 
 
 class _Peer:
