@@ -187,6 +187,8 @@ class Sample:
     tree_fds: int
     tree_threads: int
     tree_processes: int
+    #: Each process of the tree: its role (worker, browser, renderer, gpu-process, ...) -> MB.
+    roles: dict[str, float]
     calls: int
     snapshot_p50_ms: float
     snapshot_p95_ms: float
@@ -303,6 +305,10 @@ class SoakReport:
             f"Browser tree RSS over the second half: {tree:+.1f} MB/h (fitted {tree_grown:+.1f} MB;"
             f" threshold {TREE_MB_PER_H} MB/h, or {TREE_FLOOR_MB} MB on a short run)",
             f"leaks: {leaks or 'none'}",
+            *(
+                f"Browser tree at {s.at_s / 60:.0f} min (MB): {s.roles}"
+                for s in self.samples[len(self.samples) // 2 :: max(1, len(self.samples) // 4)]
+            ),
             f"text snapshot 140x45: p50 {figures['snapshot_text_p50_ms']:.1f} ms"
             f" (goal < {SNAPSHOT_P50_MS}), p95 {figures['snapshot_text_p95_ms']:.1f} ms",
             f"RPC p95 (all but navigate and the waits): {figures['rpc_p95_ms']:.1f} ms"
@@ -325,21 +331,28 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _tree(pid: int) -> tuple[int, int, int, int]:
-    """RSS, descriptors, threads and processes of ``pid`` and its descendants, summed."""
+def _tree(pid: int) -> tuple[int, int, int, int, dict[str, float]]:
+    """RSS, descriptors, threads and processes of ``pid`` and its descendants, summed; and each
+    process's RSS by its role (where a growth is)."""
     rss = fds = threads = count = 0
+    roles: dict[str, float] = {}
     try:
         root = psutil.Process(pid)
         family = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0, 0, 0, 0
+        return 0, 0, 0, 0, roles
     for process in family:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied), process.oneshot():
-            rss += process.memory_info().rss
+            mine = process.memory_info().rss
+            rss += mine
             fds += process.num_fds()
             threads += process.num_threads()
             count += 1
-    return rss, fds, threads, count
+            kind = [a.split("=", 1)[1] for a in process.cmdline() if a.startswith("--type=")]
+            role = "worker" if process is root else kind[0] if kind else "browser"
+            name = next(f"{role}{n}" for n in itertools.count() if f"{role}{n}" not in roles)
+            roles[name] = round(mine / 2**20, 1)
+    return rss, fds, threads, count, roles
 
 
 class AwiSession:
@@ -491,7 +504,7 @@ class AwiSession:
             if app.get("state") != "running":
                 self.report.crashes.append(f"{at_s:.0f}s: Browser {app.get('state')}")
             self.worker, self.restarts = pid, restarts
-        tree = _tree(self.worker) if self.worker else (0, 0, 0, 0)
+        tree = _tree(self.worker) if self.worker else (0, 0, 0, 0, {})
         with self.supervisor.oneshot():
             rss = self.supervisor.memory_info().rss
             fds = self.supervisor.num_fds()
