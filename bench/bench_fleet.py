@@ -38,7 +38,7 @@ from aotui.supervisor.fleet.registry import Registry  # noqa: E402
 from aotui.supervisor.interface.client import Client  # noqa: E402
 from bench.bench_desktop import TEST_APPS, _copies, _pct  # noqa: E402
 from bench.bench_store import _postgres, bench_store_writes  # noqa: E402
-from tests.fleet_cluster import NODE, kill_node, ray_cluster  # noqa: E402
+from tests.fleet_cluster import add_node, kill_node, ray_cluster  # noqa: E402
 
 BUMP = '<context app_id="{app}" view_id="view_0">execute bump</context>'
 OPEN = "<context>open --application {app}</context>"
@@ -140,7 +140,7 @@ def bench_node_loss(
         )
         for desktop in desktops.values():
             desktop.close()
-        workers.append(cluster.add_node(**NODE))
+        workers.append(add_node(cluster))
     p50, p99 = _pct(samples, 0.5), _pct(samples, 0.99)
     print(
         f"node loss -> answering again with state: p50 {p50:.2f} s, p99 {p99:.2f} s "

@@ -17,7 +17,7 @@ from ray import cluster_utils
 
 from aotui.supervisor.fleet.actors import NAMESPACE
 
-__all__ = ["HEALTH", "NODE", "kill_node", "ray_cluster"]
+__all__ = ["HEALTH", "NODE", "add_node", "kill_node", "ray_cluster"]
 
 #: Each worker node's share of the machine, as Ray is told: small (2 cores shared with others).
 NODE: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 80 << 20, "memory": 4 << 30}
@@ -56,7 +56,7 @@ def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
     cluster = None
     try:
         cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
-        nodes = [cluster.add_node(**NODE) for _ in range(workers)]
+        nodes = [add_node(cluster) for _ in range(workers)]
         ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
         yield cluster, nodes
     finally:
@@ -93,3 +93,14 @@ def kill_node(cluster: Any, node: Any) -> None:
             process.kill()
     psutil.wait_procs(doomed, timeout=10)
     cluster.remove_node(node, allow_graceful=False)
+
+
+def add_node(cluster: Any) -> Any:
+    """A new worker node. It outlives the test that adds it (the cluster is the module's), so
+    its processes do not carry that test's tag (tests/conftest.py kills what a test leaves)."""
+    tag = os.environ.pop("AOTUI_TEST_TAG", None)
+    try:
+        return cluster.add_node(**NODE)
+    finally:
+        if tag is not None:
+            os.environ["AOTUI_TEST_TAG"] = tag

@@ -328,6 +328,13 @@ class DesktopActor:
         with self._lock:
             self._stop()
 
+    def move(self) -> None:
+        """Stop the supervisor and answer every call from now on ``moved``: its caller kills
+        this actor so that Ray starts it again elsewhere (a drain), and calls wait for that."""
+        with self._lock:
+            self._released = True
+            self._stop()
+
 
 class Router:
     """The fleet's router: its settings, and desktop actors made or found by name."""
@@ -392,7 +399,7 @@ class Router:
             if info["node"] != node or info["state"] != "running":
                 continue
             actor = ray.get_actor(DESKTOP_PREFIX + info["desktop"], namespace=NAMESPACE)
-            ray.get(actor.shutdown.remote(), timeout=30)
+            ray.get(actor.move.remote(), timeout=60)
             ray.kill(actor, no_restart=False)  # Ray restarts it on a node that is not draining
             moved.append(info["desktop"])
         return moved
