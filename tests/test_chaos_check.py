@@ -301,11 +301,26 @@ def test_a_visible_event_before_the_fault_or_an_error_elsewhere_does_not_count(
     tmp_path: Path,
 ) -> None:
     r = Recorder().add("visible", fault="f1", where="reply", text="early")
-    r.fault("f1", "kill_worker").command("c1", app="app_3").reply("c1", ok=False).end()
-    assert verdict(r, tmp_path, CheckName.FAULTS_VISIBLE).status is Status.FAIL
+    r.fault("f1", "kill_worker").command("c1", app="app_3").reply("c1", ok=False)
+    r.t += 10  # the run went on: the agent had time to see it
+    assert verdict(r.end(), tmp_path, CheckName.FAULTS_VISIBLE).status is Status.FAIL
     r = Recorder().fault("f1", "freeze").fault("f1", "freeze", "clear")
     r.command("c1").reply("c1", ok=False).end()  # sent after the clear: not caused by it
     assert verdict(r, tmp_path, CheckName.FAULTS_VISIBLE).status is Status.FAIL
+
+
+def test_a_fault_the_run_ended_before_clearing_in_its_last_seconds_is_not_judged(
+    tmp_path: Path,
+) -> None:
+    # A 1 s signal_loss injected 0.5 s before a run's end is told when it clears, which never
+    # comes: the agent had no time to see it. 10 s before the end, it is judged.
+    r = Recorder().fault("f1", "signal_loss", detail={"seconds": 1.0}).end()
+    found = verdict(r, tmp_path, CheckName.FAULTS_VISIBLE)
+    assert found.status is Status.PASS
+    assert "(1 in the last 3 s, never cleared: not judged)" in found.summary
+    r = Recorder().fault("f1", "signal_loss", detail={"seconds": 1.0})
+    r.t += 10
+    assert verdict(r.end(), tmp_path, CheckName.FAULTS_VISIBLE).status is Status.FAIL
 
 
 # 7. memory bounded

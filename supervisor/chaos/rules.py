@@ -47,6 +47,8 @@ __all__ = [
 
 #: Seconds after the run's start before the memory baseline is taken (imports, first renders).
 WARM_UP_S = 5.0
+#: A fault injected this close to the run's end and never cleared cannot be judged visible.
+TOO_LATE_S = 3.0
 #: The memory rule: last RSS ≤ baseline × (1 + MEMORY_GROWTH) + MEMORY_SLACK.
 MEMORY_GROWTH = 0.10
 MEMORY_SLACK = 16 * 1024 * 1024
@@ -416,14 +418,24 @@ def not_acted_on_lies(run: IndexedRun) -> Verdict:
 
 
 def faults_visible(run: IndexedRun) -> Verdict:
-    """Every injected fault has a ``visible`` event, or an error reply, after its inject."""
+    """Every injected fault has a ``visible`` event, or an error reply, after its inject.
+
+    Not judged: a fault injected in the run's last :data:`TOO_LATE_S` that the run ended before
+    clearing (a 1 s ``signal_loss`` at 119.4 s of a 120 s run is told when it clears, which never
+    came): the agent had no time to see it. Every other fault is.
+    """
     found = _Findings()
     last_visible = {e.fault: e for e in run.of(VisibleEvent)}
+    ends = [e.t for e in run.of(RunEvent) if e.phase is RunPhase.END]
+    late = 0
     for fault_id, inject in run.injects.items():
         seen = last_visible.get(fault_id)
         if seen is not None and seen.t >= inject.t:
             continue
         if _error_reply_during(run, inject):
+            continue
+        if ends and fault_id not in run.clears and inject.t >= ends[-1] - TOO_LATE_S:
+            late += 1
             continue
         found.add(
             inject,
@@ -431,6 +443,8 @@ def faults_visible(run: IndexedRun) -> Verdict:
             "event and no error reply",
         )
     summary = f"{len(run.injects)} faults injected"
+    if late:
+        summary += f" ({late} in the last {TOO_LATE_S:g} s, never cleared: not judged)"
     return found.verdict(CheckName.FAULTS_VISIBLE, summary)
 
 
