@@ -897,6 +897,12 @@ class ExecParams(
         faces=_CLIENTS,
         flag="--snapshot",
     )
+    command_id: str | None = param(
+        "an id of the caller's for this command, unique per desktop (1-200 characters): sent "
+        "again with the same id it runs at most once and gets its first reply",
+        faces=_CLIENTS,
+        flag="--command-id",
+    )
 
 
 class ExecuteParams(_Reader, _Peer, method="execute", result=ExecResult, mcp_tool="call_operation"):
@@ -919,6 +925,12 @@ class ExecuteParams(_Reader, _Peer, method="execute", result=ExecResult, mcp_too
         "the snapshot refs resolve against (default: the session's last pull)", faces=_CLIENTS
     )
     owner: str | None = param("who sends it (a name for logs; proves nothing)", faces=Face.CONTROL)
+    command_id: str | None = param(
+        "an id of the caller's for this command, unique per desktop (1-200 characters): sent "
+        "again with the same id it runs at most once and gets its first reply",
+        faces=_CLIENTS,
+        flag="--command-id",
+    )
 
     def command(self) -> dict[str, Any]:
         """The structured command these fields make (``Command.from_structured`` reads it)."""

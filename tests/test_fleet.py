@@ -173,14 +173,17 @@ def test_a_command_retried_with_its_id_runs_at_most_once(fleet: Fleet) -> None:
     again = desktop.invoke("execute", (bump,), command_id="cmd-1")
     assert first["results"] == again["results"] == [1]
     assert _bump(desktop) == 2  # the retry did not run
-    # A command cut off by a lost node is recorded pending: its retry is not run, and says so.
+    # A change other than an execute cut off by a lost node is recorded pending by the actor:
+    # its retry is not run, and says it may have taken effect.
     assert fleet.registry.begin("gamma", "cmd-2") is None
     with pytest.raises(AotuiError) as raised:
-        desktop.invoke("execute", (bump,), command_id="cmd-2")
+        desktop.invoke("say", ("hello",), command_id="cmd-2")
     assert raised.value.code is ErrorCode.E_UNAVAILABLE
     assert raised.value.data["took_effect"] == "unknown"
-    assert _bump(desktop) == 3
-    # Its supervisor killed -9 alone: the actor starts it again at the next call.
+    # Its supervisor killed -9 alone: the actor starts it again at the next call, and an
+    # execute's id is answered by the new supervisor from the store, with its first reply.
+    third = desktop.invoke("execute", (bump,), command_id="cmd-3")
+    assert third["results"] == [3]
     supervisor = fleet.info("gamma")["pid"]
     family = psutil.Process(supervisor).children(recursive=True)
     os.kill(supervisor, signal.SIGKILL)
@@ -188,8 +191,9 @@ def test_a_command_retried_with_its_id_runs_at_most_once(fleet: Fleet) -> None:
     # Its zygote and app die with it (a moment later): as after `kill -9` on one machine, the
     # desktop is started again once they are gone.
     psutil.wait_procs(family, timeout=10)
-    assert _bump(desktop) == 4
+    assert desktop.invoke("execute", (bump,), command_id="cmd-3") == third
     assert fleet.info("gamma")["pid"] != supervisor
+    assert _bump(desktop) == 4
 
 
 def _dead(pid: int) -> bool:

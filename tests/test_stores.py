@@ -82,6 +82,39 @@ def test_a_command_committed_twice_is_applied_once_and_answered_with_its_first_r
     assert store_backend.sql("SELECT count(*) FROM commands WHERE {desktop}") == [(2,)]
 
 
+def test_a_command_s_later_writes_update_its_reply_and_its_last_reply_is_recorded_alone(
+    store_backend: StoreBackend,
+) -> None:
+    """A run of a command that writes several times (a message of several commands) records
+    its id with the first write and what it has done so far with each later one; its final
+    reply is recorded alone (also for a command that wrote nothing)."""
+    store = store_backend.open()
+    counter = entry("app_0", 1)
+    store.save_desktop(desktop(counter))
+    first = Command("m1", {"ran": 1, "results": [None]})
+    assert store.save_apps(desktop(counter), [entry("app_0", 2)], command=first) is None
+    later = Command("m1", {"ran": 2, "results": [None, 3]}, continues=True)
+    assert store.save_apps(desktop(counter), [entry("app_0", 3)], command=later) is None
+    assert store.reply_to("m1") == Command("m1", later.reply)
+    done = Command("m1", {"ran": 3, "results": [None, 3, "x"]}, continues=True)
+    assert store.record_reply(done) is None
+    assert store.reply_to("m1") == Command("m1", done.reply)
+    # A retry (not a continuation) is still refused and answered with what was recorded.
+    assert store.record_reply(Command("m1", "again")) == Command("m1", done.reply)
+    assert store.save_apps(desktop(counter), [entry("app_0", 9)], command=Command("m1", 0)) == (
+        Command("m1", done.reply)
+    )
+    # A command that wrote nothing: its reply alone.
+    assert store.record_reply(Command("r1", {"ran": 1, "results": ["read"]})) is None
+    store.close()
+    reopened = store_backend.open()
+    assert reopened.reply_to("r1") == Command("r1", {"ran": 1, "results": ["read"]})
+    loaded = reopened.load()
+    assert loaded is not None
+    assert loaded.apps[0].data == 3
+    reopened.close()
+
+
 def test_a_command_id_is_bounded() -> None:
     with pytest.raises(AotuiError, match="a command id is a string of 1 to 200") as bad:
         Command("x" * 201, None)

@@ -33,6 +33,7 @@ from aotui.protocol.messages import (
 )
 from aotui.supervisor.config import DesktopConfig, Durability
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
+from aotui.supervisor.desktop.command_ids import RUNNING, CommandIds
 from aotui.supervisor.desktop.confirmations import (
     AwaitingUser,
     ConfirmationBook,
@@ -83,6 +84,8 @@ class Desktop:
         self.system_log = SystemLog(config.log_entries)
         #: Where its state is stored, by durability mode (persistence.py).
         self.persistence: Persistence = persistence_for(self, config)
+        #: Commands with a client's id run at most once (desktop/command_ids.py).
+        self.command_ids = CommandIds(self.persistence)
         self.registry: SnapshotRegistry[RefTable] = SnapshotRegistry(
             config.snapshot_ttl_s,
             config.snapshot_max_entries,
@@ -704,6 +707,9 @@ class Desktop:
             except AotuiError:
                 await self._stop_worker(app, ExitReason.UNACKNOWLEDGED_EFFECT)
                 raise
+        run = RUNNING.get()
+        if run is not None:  # a command with a client's id: its result is stored with its effect
+            run.result = reply.result
         try:  # the ack waits for the store (durability "ack")
             if reply.state_changes:
                 await self.persistence.commit_parts(app, reply.state_changes)

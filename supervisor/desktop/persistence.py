@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aotui.protocol.api import AppStatus
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import Outcome as ReplyOutcome
 from aotui.supervisor.config import DesktopConfig, Durability
+from aotui.supervisor.desktop.command_ids import REMEMBERED, RUNNING
 from aotui.supervisor.paths import store_path
-from aotui.supervisor.store.base import Store, open_store
+from aotui.supervisor.store.base import Command, Store, open_store
 from aotui.supervisor.store.budget import DataBudget
 from aotui.supervisor.store.faults import StoreIOError
 from aotui.supervisor.store.lock import StoreLock
@@ -137,6 +140,8 @@ class Persistence:
         self.budget = DataBudget()
         #: True once the stored desktop is loaded: only then may anything be written to it.
         self.loaded = False
+        #: Replies to commands with ids, when the store does not record them (newest last).
+        self._replies: OrderedDict[str, Command] = OrderedDict()
 
     @property
     def quarantined(self) -> list[Quarantined]:
@@ -174,6 +179,17 @@ class Persistence:
     def require_writable(self) -> None:
         """``E_IO`` before a state-changing command while the store refuses writes."""
 
+    async def reply_to(self, command_id: str) -> Command | None:
+        """The command recorded under ``command_id`` (desktop/command_ids.py), or ``None``."""
+        return self._replies.get(command_id)
+
+    async def record_reply(self, command: Command) -> None:
+        """Record a command's reply (its id too, if no write of its run recorded it)."""
+        self._replies[command.id] = command
+        self._replies.move_to_end(command.id)
+        while len(self._replies) > REMEMBERED:
+            self._replies.popitem(last=False)
+
     def reserve_ids(self, count: int) -> int:  # pragma: no cover - the registry never asks
         """A durable block of snapshot ids: none without a store."""
         raise NotImplementedError
@@ -193,6 +209,9 @@ class Acknowledged(Persistence):
     mode = Durability.ACK
     #: SQLite's ``synchronous`` for this mode (PostgreSQL: ``synchronous_commit`` on, else off).
     SYNCHRONOUS = "FULL"
+
+    #: Command ids go into the store with their command's effects (desktop/command_ids.py).
+    RECORDS_COMMANDS = True
 
     def __init__(self, desktop: Stored, config: DesktopConfig) -> None:
         super().__init__(desktop, config)
@@ -253,12 +272,58 @@ class Acknowledged(Persistence):
         await asyncio.to_thread(self.store.save_desktop, desktop_state(self.desktop))
         await asyncio.to_thread(self.store.remember_identity, desktop_state(self.desktop))
 
+    def _carry(self) -> Command | None:
+        """The client's command this write records, when one with an id runs in this task."""
+        run = RUNNING.get()
+        return run.carry() if run is not None and self.RECORDS_COMMANDS else None
+
+    def _carried(self, command: Command | None, earlier: Command | None) -> None:
+        """After a write that carried ``command``: the run has recorded what it did so far."""
+        if earlier is not None:  # only a second supervisor on one store could get here
+            raise AotuiError(
+                ErrorCode.E_INTERNAL,
+                f"command {earlier.id!r} was recorded by another run while this one ran; "
+                f"nothing of this run was stored",
+                {"outcome": ReplyOutcome.NOT_APPLIED},
+            )
+        run = RUNNING.get()
+        if command is not None and run is not None:
+            run.recorded = command.reply
+
+    async def reply_to(self, command_id: str) -> Command | None:
+        if not self.RECORDS_COMMANDS:
+            return await super().reply_to(command_id)
+        assert self.store is not None
+        try:
+            return await asyncio.to_thread(self.store.reply_to, command_id)
+        except StoreIOError as exc:
+            raise AotuiError(
+                ErrorCode.E_IO,
+                f"the desktop's store could not be read to look command {command_id!r} up "
+                f"({exc.detail}); nothing was run. Send it again with the same id.",
+                {"outcome": ReplyOutcome.NOT_APPLIED},
+            ) from None
+
+    async def record_reply(self, command: Command) -> None:
+        if not self.RECORDS_COMMANDS:
+            return await super().record_reply(command)
+        assert self.store is not None
+        try:
+            await asyncio.to_thread(self.store.record_reply, command)
+        except StoreIOError as exc:
+            # The command's effects are stored (with what it had done so far); only its last
+            # reply is not: a retry is told what the store holds.
+            self.failed(exc)
+
     async def persist(self, *apps: AppRecord) -> None:
         assert self.store is not None
         entries = [app_entry(app) for app in apps]
         header, positions = _header(self.desktop)
+        command = self._carry()
         try:
-            await asyncio.to_thread(self.store.save_apps, header, entries, positions)
+            earlier = await asyncio.to_thread(
+                self.store.save_apps, header, entries, positions, command
+            )
         except StoreIOError as exc:
             self.failed(exc)
             raise AotuiError(
@@ -269,6 +334,7 @@ class Acknowledged(Persistence):
                 f"still work.",
                 {"store": "failing"},
             ) from None
+        self._carried(command, earlier)
 
     async def commit(self, app: AppRecord, state: Any) -> None:
         """Stored first, then adopted."""
@@ -276,9 +342,13 @@ class Acknowledged(Persistence):
         entry = app_entry(app)
         entry.data = state
         header, positions = _header(self.desktop)
+        command = self._carry()
         app.storing_begins()  # a worker started meanwhile starts from this data (wait_stored)
         try:
-            await asyncio.to_thread(self.store.save_apps, header, [entry], positions)
+            earlier = await asyncio.to_thread(
+                self.store.save_apps, header, [entry], positions, command
+            )
+            self._carried(command, earlier)
             app.adopt_state(state)
         except StoreIOError as exc:
             self.failed(exc)
@@ -293,13 +363,15 @@ class Acknowledged(Persistence):
         try:
             entry = app_entry(app)  # its data: the parts as they were, before ``changes``
             header, positions = _header(self.desktop)
+            command = self._carry()
             try:
-                await asyncio.to_thread(
-                    self.store.save_parts, header, entry, changes, positions[app.app_id]
+                earlier = await asyncio.to_thread(
+                    self.store.save_parts, header, entry, changes, positions[app.app_id], command
                 )
             except StoreIOError as exc:
                 self.failed(exc)
                 raise
+            self._carried(command, earlier)
             state = _merged(app, changes)
             app.adopt_state(state)
         finally:
@@ -309,8 +381,9 @@ class Acknowledged(Persistence):
     async def forget(self, app: AppRecord) -> None:
         await super().forget(app)
         assert self.store is not None
+        command = self._carry()
         try:
-            await asyncio.to_thread(self.store.delete_app, app.app_id)
+            earlier = await asyncio.to_thread(self.store.delete_app, app.app_id, command)
         except StoreIOError as exc:
             self.failed(exc)
             raise AotuiError(
@@ -319,6 +392,7 @@ class Acknowledged(Persistence):
                 f"({exc.detail}); it is written when the store can be written again.",
                 {"store": "failing"},
             ) from None
+        self._carried(command, earlier)
 
     def reserve_ids(self, count: int) -> int:
         """A durable block of snapshot ids (a small write, once per ``count`` pulls)."""
@@ -398,6 +472,8 @@ class Batched(Acknowledged):
 
     mode = Durability.BATCH
     SYNCHRONOUS = "NORMAL"
+    #: Effects are written after their acknowledgement: ids are remembered in memory only.
+    RECORDS_COMMANDS = False
 
     def __init__(self, desktop: Stored, config: DesktopConfig) -> None:
         super().__init__(desktop, config)

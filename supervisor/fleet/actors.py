@@ -7,7 +7,9 @@ PostgreSQL store, so a restart on any node loads the state the last one acknowle
 in as ``(session, method, args)``: each session (one :class:`~aotui.supervisor.fleet.client.
 FleetDesktop`) has its own :class:`~aotui.supervisor.interface.client.Client`, so snapshot ids
 and the input lease stay per session as on one machine. A call carrying a command id goes
-through the registry's ``fleet_commands`` first: it runs at most once.
+runs at most once: an ``execute`` by the supervisor itself (the id is stored with the command's
+effect, desktop/command_ids.py), the other changing calls through the registry's
+``fleet_commands``.
 
 Idle past ``idle_s``, the desktop hibernates: its supervisor stops (its state is in the store)
 and the actor waits; the next call starts it again. The supervisor dies with the actor's process
@@ -51,6 +53,7 @@ __all__ = [
     "Router",
     "decode_reply",
     "encode_reply",
+    "supervisor_dedupes",
 ]
 
 #: The Ray namespace every fleet actor lives in.
@@ -98,6 +101,12 @@ class FleetSettings:
     #: What Ray places each desktop by: CPUs and memory (bytes).
     num_cpus: float = 0.1
     memory: int = 256 << 20
+
+
+def supervisor_dedupes(method: str, args: tuple[Any, ...]) -> bool:
+    """Whether a call's command id goes to the supervisor (``exec``/``execute``, also as
+    ``Client.call``'s method), which stores it with the command's effect."""
+    return method == "execute" or (method == "call" and args[:1] in (("exec",), ("execute",)))
 
 
 def encode_reply(value: Any) -> Any:
@@ -234,18 +243,24 @@ class DesktopActor:
             self._in_flight += 1  # not hibernated nor released while it runs
             self.last_use = time.time()
         try:
-            if command_id is not None:
-                earlier = self.registry.begin(self.name, command_id)
+            # An execute's id goes to the supervisor, which stores it with the command's effect
+            # (desktop/command_ids.py): its retry is answered from there, whatever was lost.
+            # The other changing calls are recorded here, around the call.
+            registered = None if supervisor_dedupes(method, args) else command_id
+            if registered is None and command_id is not None:
+                kwargs = {"command_id": command_id, **kwargs}  # the caller's own id first
+            if registered is not None:
+                earlier = self.registry.begin(self.name, registered)
                 if earlier is not None:
-                    return self._earlier(command_id, *earlier)
+                    return self._earlier(registered, *earlier)
             try:
                 client, turn = self._session(session)
                 with turn:  # one call at a time per session (a Client is not thread-safe)
                     reply = encode_reply(getattr(client, method)(*args, **kwargs))
             except AotuiError as exc:
                 reply = _error_reply(exc)
-            if command_id is not None:
-                self.registry.finish(self.name, command_id, reply)
+            if registered is not None:
+                self.registry.finish(self.name, registered, reply)
             return reply
         finally:
             with self._lock:

@@ -9,9 +9,12 @@ A :class:`FleetDesktop` has the typed methods of :class:`~aotui.supervisor.inter
 Client` (the ones a remote desktop can serve): each is forwarded to the desktop's actor, which
 calls it on a ``Client`` of its own for this session. A call that changes the desktop carries a
 fresh command id; when the desktop's node is lost while it runs, the call is sent again with the
-same id once the actor answers on another node, and the fleet's ``fleet_commands`` rows make sure
-it runs at most once (a call that was cut off answers ``E_UNAVAILABLE`` with
-``took_effect: "unknown"``). Calls that only read are simply sent again.
+same id once the actor answers on another node, and it runs at most once: an ``exec``/``execute``
+because the supervisor stores its id with its effect (it answers the retry with the first reply,
+runs a command whose effect was never stored, and says which commands of a message cut off
+half-way took effect: docs/durability.md), the other changes by the fleet's ``fleet_commands``
+rows (one cut off answers ``E_UNAVAILABLE`` with ``took_effect: "unknown"``). Calls that only
+read are simply sent again.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from aotui.supervisor.fleet.actors import (
     NAMESPACE,
     ROUTER,
     decode_reply,
+    supervisor_dedupes,
 )
 
 if TYPE_CHECKING:
@@ -136,7 +140,7 @@ class FleetDesktop(_Typed):
         command_id: str | None = None,
     ) -> Any:
         """Call ``method`` on the desktop; see the module's doc for what a lost node does."""
-        if command_id is None and method in CHANGING:
+        if command_id is None and (method in CHANGING or supervisor_dedupes(method, args)):
             command_id = uuid.uuid4().hex
         deadline = time.monotonic() + self.failover_s
         while True:

@@ -471,7 +471,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
     reader = _reader(args)
     if not reader and "execute" in text and not args.snapshot_id:
         _note(args, _no_session(args))  # only operations take refs
-    result = _call(args, "exec", text=text, snapshot_id=args.snapshot_id, **reader)
+    ids = {"command_id": args.command_id} if args.command_id else {}
+    result = _call(args, "exec", text=text, snapshot_id=args.snapshot_id, **reader, **ids)
     waiting = result.get("waiting")
     if waiting is not None:  # seed 004: asked, not run; exit 0 (nothing failed)
         _emit(args, result, f"waiting for the user: {waiting['message']}")

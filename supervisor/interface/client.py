@@ -217,17 +217,24 @@ class Client:
         return result.markdown or ""
 
     def execute(
-        self, command: str | dict[str, Any], snapshot_id: str | None = None
+        self,
+        command: str | dict[str, Any],
+        snapshot_id: str | None = None,
+        command_id: str | None = None,
     ) -> api.ExecResult:
         """Run an agent message (text with ``<context>`` blocks, method ``exec``) or one
         structured command (its fields: ``action``, ``app``, ``view``, ``operation``, ``args``;
-        method ``execute``)."""
+        method ``execute``).
+
+        With ``command_id`` (the caller's, unique per desktop) a retry after a lost reply runs
+        it at most once and gets its first reply (docs/durability.md, *A command's id*)."""
         if self.lease_error is not None:
             raise self.lease_error
         reader = {
             "snapshot_id": snapshot_id or self.snapshot_id,
             "owner": self.owner,
             "token": self.lease_token,
+            "command_id": command_id,
         }
         call: api.Params
         if isinstance(command, str):

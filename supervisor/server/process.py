@@ -37,6 +37,7 @@ from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal, SignalReason
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
+from aotui.supervisor.desktop.command_ids import RUNNING
 from aotui.supervisor.desktop.confirmations import AwaitingUser, Outcome, Verdict
 from aotui.supervisor.desktop.desktop import Desktop
 from aotui.supervisor.desktop.snapshot import RefTable
@@ -431,13 +432,23 @@ class Supervisor:
         """Run an agent message (``text``): its commands, in order."""
         self.lease.check(call.token)
         commands = parse_commands(call.text)
-        return await self._execute(commands, call.snapshot_id, call.session, call.token)
+        reply: dict[str, Any] = await self.desktop.command_ids.run(
+            call.command_id,
+            len(commands),
+            lambda: self._execute(commands, call.snapshot_id, call.session, call.token),
+        )
+        return reply
 
     async def execute(self, call: api.ExecuteParams) -> dict[str, Any]:
         """Run one command given by its fields."""
         self.lease.check(call.token)
         command = Command.from_structured(call.command())
-        return await self._execute([command], call.snapshot_id, call.session, call.token)
+        reply: dict[str, Any] = await self.desktop.command_ids.run(
+            call.command_id,
+            1,
+            lambda: self._execute([command], call.snapshot_id, call.session, call.token),
+        )
+        return reply
 
     async def _execute(
         self,
@@ -488,6 +499,9 @@ class Supervisor:
     async def _run_all(self, commands: list[Command], refs: RefTable | None) -> dict[str, Any]:
         """Run ``commands`` in order; the first failure, or one waiting for the user, stops."""
         results: list[Any] = []
+        run = RUNNING.get()
+        if run is not None:  # a command id's record of what it has done so far reads these
+            run.results = results
         for index, command in enumerate(commands):
             try:
                 result = await self._run_locked(command, refs)
@@ -499,6 +513,8 @@ class Supervisor:
                         )
                     return {"ran": index, "results": results, "waiting": waiting}
                 results.append(result)
+                if run is not None:
+                    run.result = None
             except AotuiError as exc:
                 ran = ", ".join(str(i + 1) for i in range(index)) or "none"
                 raise AotuiError(

@@ -54,6 +54,10 @@ class Command:
     id: str
     #: The reply as sent (any plain value: it is stored as a codec frame, bytes included).
     reply: Any
+    #: A later write of the same run of the command: its id is recorded already (by this run),
+    #: and the write goes ahead, replacing the recorded reply with this one (what the command
+    #: has done so far), instead of being refused.
+    continues: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not 0 < len(self.id) <= COMMAND_ID_MAX:
@@ -111,6 +115,11 @@ class Store(Protocol):
 
     def reply_to(self, command_id: str) -> Command | None:
         """The command recorded under ``command_id`` (with its first reply), or ``None``."""
+        ...
+
+    def record_reply(self, command: Command) -> Command | None:
+        """Record ``command`` alone (a command that wrote nothing, or its final reply after
+        writes that recorded what it had done so far); ``continues`` as for a write."""
         ...
 
     def reserve_snapshot_ids(self, count: int = SNAPSHOT_ID_BLOCK) -> int:

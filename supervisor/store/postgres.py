@@ -447,6 +447,11 @@ class PostgresStore:
             raise from_psycopg(self.location, exc, "read") from None
         return None if row is None else Command(command_id, _reply(row[0]))
 
+    def record_reply(self, command: Command) -> Command | None:
+        """Record ``command`` in a transaction of its own (see :meth:`Store.record_reply`)."""
+        with self._transaction() as db:
+            return self._record(db, command)
+
     def reserve_snapshot_ids(self, count: int = SNAPSHOT_ID_BLOCK) -> int:
         """The first of ``count`` fresh snapshot ids, durably never handed out again."""
         with self._transaction() as db:
@@ -472,11 +477,19 @@ class PostgresStore:
     # --- rows -----------------------------------------------------------------------------------
 
     def _record(self, db: psycopg.Connection[Any], command: Command | None) -> Command | None:
-        """Record ``command`` in this transaction; the earlier one if its id was recorded."""
+        """Record ``command`` in this transaction; the earlier one if its id was recorded
+        (unless ``command.continues``: then its reply replaces the recorded one)."""
         if command is None:
             return None
         now = time.time()
         frame = codec.encode(AppState(request_id=0, data=command.reply))
+        if command.continues:
+            db.execute(
+                "INSERT INTO aotui.commands VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (desktop, id) DO UPDATE SET reply = excluded.reply",
+                (self.desktop, command.id, frame, now),
+            )
+            return None
         inserted = db.execute(
             "INSERT INTO aotui.commands VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (desktop, id) DO NOTHING RETURNING 1",

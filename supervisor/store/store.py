@@ -388,15 +388,24 @@ class DesktopStore:
             raise from_sqlite(self.path, exc, "read") from None
         return None if row is None else Command(command_id, _reply(row[0]))
 
+    def record_reply(self, command: Command) -> Command | None:
+        """Record ``command`` in a transaction of its own (see :meth:`Store.record_reply`)."""
+        with self._transaction() as db:
+            return self._record(db, command)
+
     def _record(self, db: sqlite3.Connection, command: Command | None) -> Command | None:
-        """Record ``command`` in this transaction; the earlier one if its id was recorded."""
+        """Record ``command`` in this transaction; the earlier one if its id was recorded
+        (unless ``command.continues``: then its reply replaces the recorded one)."""
         if command is None:
             return None
         row = db.execute("SELECT reply FROM commands WHERE id = ?", (command.id,)).fetchone()
-        if row is not None:
-            return Command(command.id, _reply(row[0]))
         now = time.time()
         frame = codec.encode(AppState(request_id=0, data=command.reply))
+        if row is not None:
+            if not command.continues:
+                return Command(command.id, _reply(row[0]))
+            db.execute("UPDATE commands SET reply = ? WHERE id = ?", (frame, command.id))
+            return None
         db.execute("INSERT INTO commands VALUES (?, ?, ?)", (command.id, frame, now))
         self._recorded += 1
         if self._recorded % _PRUNE_EVERY == 0:
