@@ -196,6 +196,43 @@ def test_a_command_retried_with_its_id_runs_at_most_once(fleet: Fleet) -> None:
     assert _bump(desktop) == 4
 
 
+def test_a_command_cut_off_by_its_supervisor_s_death_is_told_what_took_effect(
+    fleet: Fleet,
+) -> None:
+    """A bump, then a hang: the supervisor is killed -9 during the hang. The actor's client sees
+    the death at once, the actor starts the supervisor again and sends the command again with
+    its id, and the new supervisor answers from the store: 1 of 2 took effect, nothing runs
+    again."""
+    slow = str(Path(__file__).parent / "apps" / "slow")
+    config = fleet.settings.config.replace("]", f", {slow!r}]".replace("'", '"'), 1)
+    desktop_actor("kappa", replace(fleet.settings, config=config))
+    desktop = fleet.client.desktop("kappa")
+    desktop.execute(OPEN + "<context>open --application app_1</context>")
+    hang = '<context app_id="app_1" view_id="view_0">execute hang --seconds 20</context>'
+    outcome: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            desktop.invoke("execute", (BUMP.format(app="app_0") + hang,), command_id="cut-1")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = fleet.client.desktop("kappa")  # another session: reads while the hang runs
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    wait_for(lambda: "Calls: 1" in reader.snapshot(), what="the bump before the hang")
+    time.sleep(0.3)
+    os.kill(fleet.info("kappa")["pid"], signal.SIGKILL)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert len(outcome) == 1
+    told = outcome[0]
+    assert isinstance(told, AotuiError), told
+    assert told.code is ErrorCode.E_UNAVAILABLE
+    assert (told.data["took_effect"], told.data["ran"], told.data["total"]) == ("partly", 1, 2)
+    assert _bump(desktop) == 2  # the first bump stood, and ran once
+
+
 def _dead(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -64,6 +64,8 @@ ROUTER = "aotui-fleet-router"
 DESKTOP_PREFIX = "aotui-desktop:"
 #: Methods of :class:`Client` that change the desktop: each call gets a command id.
 CHANGING = frozenset({"execute", "say", "install", "uninstall", "import_state"})
+#: Methods that only read: sent again when the supervisor died under them.
+READS = frozenset({"capabilities", "export_state", "ping", "snapshot", "status"})
 #: Methods a session may call (the public ones of :class:`Client` that need no local socket).
 FORWARDED = frozenset(
     {
@@ -253,12 +255,20 @@ class DesktopActor:
                 earlier = self.registry.begin(self.name, registered)
                 if earlier is not None:
                     return self._earlier(registered, *earlier)
-            try:
-                client, turn = self._session(session)
-                with turn:  # one call at a time per session (a Client is not thread-safe)
-                    reply = encode_reply(getattr(client, method)(*args, **kwargs))
-            except AotuiError as exc:
-                reply = _error_reply(exc)
+            # Sent again once if the supervisor died under it (the next try starts it again):
+            # a read, or a command whose id the supervisor answers from its store.
+            again = method in READS or (registered is None and "command_id" in kwargs)
+            while True:
+                try:
+                    client, turn = self._session(session)
+                    with turn:  # one call at a time per session (a Client is not thread-safe)
+                        reply = encode_reply(getattr(client, method)(*args, **kwargs))
+                except AotuiError as exc:
+                    if again and "supervisor_exited" in exc.data:
+                        again = False
+                        continue
+                    reply = _error_reply(exc)
+                break
             if registered is not None:
                 self.registry.finish(self.name, registered, reply)
             return reply

@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -43,13 +44,32 @@ __all__ = ["Client", "DesktopUnavailable"]
 RECONNECT_MS = 10
 
 
+#: While a call waits, how often the client checks that the supervisor serving it still runs.
+LIVENESS_MS = 250
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not: it died and awaits its parent)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # another user's supervisor (a root desktop): there, and not ours to signal
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
 class DesktopUnavailable(AotuiError):
     """No desktop answers at the endpoint (not started, or gone): ``E_UNAVAILABLE``, exit 69."""
 
     exit_code = EXIT_NO_DESKTOP
 
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.E_UNAVAILABLE, message)
+    def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(ErrorCode.E_UNAVAILABLE, message, data or {})
 
 
 class Client:
@@ -115,10 +135,27 @@ class Client:
         sock = self._socket()
         request_id = next(self._ids)
         sock.send(codec.encode(Request(request_id, method, params)))
-        budget_ms = int((timeout_s if timeout_s is not None else self.timeout_s) * 1000)
+        serving: int | None = None
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
         while True:
-            if not sock.poll(budget_ms):
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if not sock.poll(max(0, min(left_ms, LIVENESS_MS))):
+                # Read once the call is slow (a quick one pays nothing): the pidfile's supervisor
+                # is the one serving it (a restart rewrites the file).
+                serving = self._pid() if serving is None else serving
+                if left_ms > LIVENESS_MS and (serving is None or _running(serving)):
+                    continue  # still waiting, on a supervisor that is still there
                 self._drop_socket()
+                if serving is not None and not _running(serving):
+                    # Its supervisor died with the call (kill -9, a crash): said at once, not
+                    # after the whole timeout.
+                    raise DesktopUnavailable(
+                        f"the desktop's supervisor (pid {serving}) exited while {method} ran: "
+                        f"it may or may not have taken effect. Once the desktop is up again, "
+                        f"send it again with the same command id (it then runs at most once), "
+                        f"or read a snapshot to see.",
+                        {"supervisor_exited": serving, "took_effect": "unknown"},
+                    )
                 if method == "ping" or not self._alive():
                     raise DesktopUnavailable(
                         f"the desktop at {self.paths.root} does not answer (is it running?)"
@@ -135,12 +172,15 @@ class Client:
             return reply.result
 
     def _alive(self) -> bool:
+        pid = self._pid()
+        return pid is not None and _running(pid)
+
+    def _pid(self) -> int | None:
+        """The supervisor's pid as its pidfile says (``None``: no readable pidfile)."""
         try:
-            pid = int(self.paths.pidfile.read_text())
-            os.kill(pid, 0)
+            return int(self.paths.pidfile.read_text())
         except (OSError, ValueError):
-            return False
-        return True
+            return None
 
     def _drop_socket(self) -> None:
         if self._sock is not None:
