@@ -393,7 +393,7 @@ def test_main_prints_a_table_and_exits_0_when_all_hold(
     assert code == 0
     rows = out.splitlines()
     assert rows[0].split() == ["check", "verdict", "summary"]
-    assert [row.split()[:2] for row in rows[1:9]] == [[n.value, "PASS"] for n in CheckName]
+    assert [row.split()[:2] for row in rows[1:10]] == [[n.value, "PASS"] for n in CheckName]
     assert rows[-1] == "verdict: all checks hold"
 
 
@@ -497,3 +497,65 @@ def test_error_judged_when_the_supervisor_writes_the_ack_state_before_its_reply(
     r.command("c2").reply("c2", ok=False).state(after, basis="recovered").end()
     v = verdict(r, tmp_path, CheckName.ERROR_MEANS_NO_EFFECT)
     assert (v.status, v.summary) == (status, "1 error replies with states on both sides")
+
+
+def in_flight_at_a_recovery(retried_ack: str, recovered: str, unknown: bool = False) -> Recorder:
+    """c1 acknowledged d1; c2 sent, its node lost before it was answered; the desktop recovers
+    showing ``recovered``; c2 is answered (or, told ``unknown``, sent again as c2r with its id)
+    and its ack state is ``retried_ack``."""
+    r = Recorder()
+    r.command("c0").reply("c0").state("d0", command="c0")
+    r.command("c1").reply("c1").state("d1", command="c1")
+    r.command("c2")
+    answered = "c2"
+    if unknown:
+        r.reply("c2", ok=False, code="E_UNAVAILABLE", outcome="unknown", recoverable=True)
+        answered = "c2r"
+    r.add("recovery", fault="node-1", app="app_2", what="supervisor", seconds=2.0, ok=True)
+    r.state(recovered, basis="recovered", fault="node-1")
+    if unknown:
+        r.command("c2r", retry_of="c2")
+    r.reply(answered).state(retried_ack, command=answered)
+    return r.state(retried_ack, basis="final").end()
+
+
+@pytest.mark.parametrize("unknown", [False, True], ids=["pending", "told-unknown-then-retried"])
+def test_a_command_in_flight_at_a_recovery_may_have_taken_effect_once(
+    tmp_path: Path, unknown: bool
+) -> None:
+    """Its effect stored before the node was lost (recovered d2, answered d2 from its first
+    reply) or not (recovered d1, run by the retry: d2): neither is a lost effect."""
+    for recovered in ("d2", "d1"):
+        history = in_flight_at_a_recovery("d2", recovered, unknown)
+        report = check_history(load_history(history.write(tmp_path / "h.jsonl")))
+        assert report.ok, format_verdicts(report)
+        twice = next(v for v in report.verdicts if v.check is CheckName.APPLIED_AT_MOST_ONCE)
+        assert twice.status is Status.PASS
+        assert twice.summary == f"{1 + unknown} commands in flight at a recovery"
+
+
+def format_verdicts(report: check.CheckReport) -> str:
+    return check.format_report(report)
+
+
+@pytest.mark.parametrize("unknown", [False, True], ids=["pending", "told-unknown-then-retried"])
+def test_a_command_in_flight_applied_again_after_the_recovery_fails(
+    tmp_path: Path, unknown: bool
+) -> None:
+    """Its effect came back with the desktop (d2) and the retry ran it again (d3)."""
+    history = in_flight_at_a_recovery("d3", "d2", unknown)
+    twice = verdict(history, tmp_path, CheckName.APPLIED_AT_MOST_ONCE)
+    assert twice.status is Status.FAIL
+    assert "took effect before the recovery" in twice.evidence[0].text
+    assert "applied again" in twice.evidence[0].text
+    assert verdict(history, tmp_path, CheckName.NO_ACKNOWLEDGED_EFFECT_LOST).status is Status.PASS
+
+
+def test_an_older_state_after_a_recovery_is_lost_even_with_a_command_in_flight(
+    tmp_path: Path,
+) -> None:
+    history = in_flight_at_a_recovery("d1", "d0")
+    lost = verdict(history, tmp_path, CheckName.NO_ACKNOWLEDGED_EFFECT_LOST)
+    assert lost.status is Status.FAIL
+    assert "lost acknowledged effects" in lost.evidence[0].text
+    assert verdict(history, tmp_path, CheckName.APPLIED_AT_MOST_ONCE).status is Status.PASS

@@ -283,6 +283,9 @@ class CommandEvent(Event):
     snapshot_id: str | None = None
     #: Per argument name, the ref used and the value the agent read for it.
     refs: dict[str, RefRead] = field(default_factory=dict)
+    #: The id of a command this one sends again with the same command id (after a reply whose
+    #: outcome was unknown); the desktop must answer it with the first one's reply.
+    retry_of: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

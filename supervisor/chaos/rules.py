@@ -1,4 +1,4 @@
-"""The eight invariants of a chaos history, each a function from an indexed run to a verdict.
+"""The nine invariants of a chaos history, each a function from an indexed run to a verdict.
 
 docs/chaos.md states each rule and what its failure means. Events are judged in time order; the
 lookups the rules repeat (an app's states around an event, what changed an app between two
@@ -136,6 +136,10 @@ class IndexedRun:
     changes: _PerApp[Event] = field(default_factory=_PerApp)
     error_replies: _Timeline[ReplyEvent] = field(default_factory=_Timeline)
     plan: dict[str, Any] = field(default_factory=dict)
+    #: Each command's first ``ack`` state, by command id.
+    ack_of: dict[str, StateEvent] = field(default_factory=dict)
+    #: The commands that send a command again (``retry_of``), by the id they send again.
+    retries: dict[str, list[CommandEvent]] = field(default_factory=lambda: defaultdict(list))
 
     @classmethod
     def index(cls, history: History) -> IndexedRun:
@@ -158,6 +162,39 @@ class IndexedRun:
         command = self.commands.get(reply.id)
         return command.app if command is not None else None
 
+    def in_flight(self, app: str, acked: StateEvent, recovery: RecoveryEvent) -> list[CommandEvent]:
+        """The commands on ``app`` sent after its acknowledged state ``acked`` and before
+        ``recovery`` that were not answered before it, or were answered with an unknown outcome,
+        and the commands that sent them again (``retry_of``): any of them may have taken effect
+        before the recovery."""
+        timeline = self.touches.apps.get(app)
+        if timeline is None:
+            return []
+        start = bisect.bisect_right(timeline.keys, _key(acked))
+        end = bisect.bisect_left(timeline.keys, _key(recovery))
+        found: list[CommandEvent] = []
+        for event in timeline.events[start:end]:
+            if not isinstance(event, CommandEvent):
+                continue
+            replies = self.replies.get(event.id, [])
+            first = replies[0] if replies else None
+            if first is None or _key(first) > _key(recovery) or first.outcome is Outcome.UNKNOWN:
+                found.append(event)
+        pending = list(found)
+        while pending:
+            again = self.retries.get(pending.pop().id, [])
+            found += again
+            pending += again
+        return found
+
+    def acked_before(self, app: str, digest: str, event: Event) -> bool:
+        """Whether ``app`` had an acknowledged or recovered state ``digest`` before ``event``."""
+        timeline = self.acked.get(app)
+        if timeline is None:
+            return False
+        end = bisect.bisect_left(timeline.keys, _key(event))
+        return any(state.digest == digest for state in timeline.events[:end])
+
 
 class _Indexer:
     """What :meth:`IndexedRun.index` keeps while it reads the events in order."""
@@ -174,6 +211,8 @@ class _Indexer:
         if isinstance(event, CommandEvent):
             run.commands.setdefault(event.id, event)
             run.touches.add(event.app, event)
+            if event.retry_of is not None:
+                run.retries[event.retry_of].append(event)
         elif isinstance(event, ReplyEvent):
             self._reply(event)
         elif isinstance(event, StateEvent):
@@ -206,6 +245,7 @@ class _Indexer:
             run.recovered[event.app].add(event)
         if event.basis is StateBasis.ACK and event.command is not None:
             self.acked_by_command.setdefault(event.command, event)
+            run.ack_of.setdefault(event.command, event)
             self.last_ack[event.command] = event
 
     def _fault(self, event: FaultEvent) -> None:
@@ -280,21 +320,16 @@ def no_acknowledged_effect_lost(run: IndexedRun) -> Verdict:
             if not recovery.ok:
                 found.add(recovery, f"{who} did not come back after fault {recovery.fault}")
                 continue
-            after = next(
-                (
-                    s
-                    for s in run.recovered[app].after(recovery)
-                    if recovery.fault is None or s.fault in (None, recovery.fault)
-                ),
-                None,
-            )
+            after = _recovered_state(run, recovery, app)
             if after is None:
                 found.add(
                     recovery,
                     f"{who}: no recovered state recorded after the recovery, "
                     f"so its acknowledged state (line {acked.line}) is unverified",
                 )
-            elif after.digest != acked.digest:
+            elif after.digest != acked.digest and not _explained_by_in_flight(
+                run, app, acked, recovery, after
+            ):
                 found.add(
                     after,
                     f"{who} lost acknowledged effects: recovered digest {after.digest[:12]} != "
@@ -316,6 +351,69 @@ def no_acknowledged_effect_lost(run: IndexedRun) -> Verdict:
     summary = f"{judged} recoveries and final states compared"
     status = Status.SKIP if judged == 0 else None
     return found.verdict(CheckName.NO_ACKNOWLEDGED_EFFECT_LOST, summary, status)
+
+
+def _recovered_state(run: IndexedRun, recovery: RecoveryEvent, app: str) -> StateEvent | None:
+    """The first state recorded of ``app`` after ``recovery`` with basis ``recovered``."""
+    return next(
+        (
+            s
+            for s in run.recovered[app].after(recovery)
+            if recovery.fault is None or s.fault in (None, recovery.fault)
+        ),
+        None,
+    )
+
+
+def _explained_by_in_flight(
+    run: IndexedRun, app: str, acked: StateEvent, recovery: RecoveryEvent, after: StateEvent
+) -> bool:
+    """Whether a recovered state other than the last acknowledged one is a command's in flight
+    at the recovery: the state its first reply acknowledged, or a state never acknowledged
+    before (then :func:`applied_at_most_once` judges it)."""
+    flight = run.in_flight(app, acked, recovery)
+    if not flight:
+        return False
+    if any(run.ack_of[c.id].digest == after.digest for c in flight if c.id in run.ack_of):
+        return True
+    return not run.acked_before(app, after.digest, recovery)
+
+
+def applied_at_most_once(run: IndexedRun) -> Verdict:
+    """A command in flight at a recovery whose effect the recovered state already shows (it
+    differs from the last acknowledged state, and from every earlier one) ran once: its reply,
+    or the reply of the command that sent it again with its id, acknowledged that state."""
+    found = _Findings()
+    judged = 0
+    for recovery in run.of(RecoveryEvent):
+        if not recovery.ok:
+            continue
+        apps = [recovery.app] if recovery.app is not None else sorted(run.states)
+        for app in apps:
+            acked = run.acked[app].last_before(recovery)
+            after = _recovered_state(run, recovery, app)
+            if acked is None or after is None:
+                continue
+            flight = run.in_flight(app, acked, recovery)
+            if not flight:
+                continue
+            judged += len(flight)
+            if after.digest == acked.digest:
+                continue  # none took effect before the recovery: sent again, it may run
+            acks = [run.ack_of[c.id] for c in flight if c.id in run.ack_of]
+            if not acks or any(s.digest == after.digest for s in acks):
+                continue  # unanswered (the first check's), or answered with its first reply
+            if run.acked_before(app, after.digest, recovery):
+                continue  # an older state came back: the lost check's
+            first = min(acks, key=_key)
+            found.add(
+                first,
+                f"app {app}: command {first.command} took effect before the recovery (recovered "
+                f"{after.digest[:12]}, line {after.line}, is not its last acknowledged "
+                f"{acked.digest[:12]}) and was applied again: acknowledged {first.digest[:12]}",
+            )
+    summary = f"{judged} commands in flight at a recovery"
+    return found.verdict(CheckName.APPLIED_AT_MOST_ONCE, summary)
 
 
 def error_means_no_effect(run: IndexedRun) -> Verdict:
@@ -502,6 +600,7 @@ def nothing_left_running(run: IndexedRun) -> Verdict:
 RULES: dict[CheckName, Callable[[IndexedRun, float], Verdict]] = {
     CheckName.ONE_REPLY_PER_COMMAND: lambda run, _: one_reply_per_command(run),
     CheckName.NO_ACKNOWLEDGED_EFFECT_LOST: lambda run, _: no_acknowledged_effect_lost(run),
+    CheckName.APPLIED_AT_MOST_ONCE: lambda run, _: applied_at_most_once(run),
     CheckName.ERROR_MEANS_NO_EFFECT: lambda run, _: error_means_no_effect(run),
     CheckName.REFS_RESOLVED_AS_READ: lambda run, _: refs_resolved_as_read(run),
     CheckName.NOT_ACTED_ON_LIES: lambda run, _: not_acted_on_lies(run),

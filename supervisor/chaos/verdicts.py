@@ -21,6 +21,8 @@ class CheckName(enum.Enum):
     ONE_REPLY_PER_COMMAND = "one_reply_per_command"
     #: After a recovery an app shows what it showed at its last acknowledged command.
     NO_ACKNOWLEDGED_EFFECT_LOST = "no_acknowledged_effect_lost"
+    #: A command in flight at a recovery, whose effect the recovered state shows, ran only once.
+    APPLIED_AT_MOST_ONCE = "applied_at_most_once"
     #: A command answered with an error left its app's state unchanged.
     ERROR_MEANS_NO_EFFECT = "error_means_no_effect"
     #: Every ref resolved to the value the agent read for it.
