@@ -19,8 +19,10 @@ from aotui.supervisor.fleet.actors import NAMESPACE
 
 __all__ = ["HEALTH", "NODE", "add_node", "kill_node", "ray_cluster"]
 
-#: Each worker node's share of the machine, as Ray is told: small (2 cores shared with others).
-NODE: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 80 << 20, "memory": 4 << 30}
+#: Each worker node's share of the machine, as Ray is told. Its CPUs are the machine's 2: Ray
+#: starts at most that many worker processes at once on a node (its maximum startup
+#: concurrency), and a node lost under many desktops restarts their actors that many at a time.
+NODE: dict[str, Any] = {"num_cpus": 2, "object_store_memory": 80 << 20, "memory": 4 << 30}
 #: Ray notices a node that stopped answering after 3 missed health checks 0.3 s apart (its
 #: defaults: 5 missed, 3 s apart).
 HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3}

@@ -84,7 +84,7 @@ def fleet(postgres_server: PrivatePostgres) -> Iterator[Fleet]:
         tempfile.TemporaryDirectory(prefix="fleet-", dir="/tmp") as runtime,
         ray_cluster() as (cluster, workers),
     ):
-        # 0.01 CPU each: one worker node (1 CPU) holds every desktop of the module when the
+        # 0.01 CPU each: one worker node (2 CPUs) holds every desktop of the module when the
         # other is lost (at 0.05, 20 + the others did not fit and waited, restarting, for room).
         settings = FleetSettings(url, config, runtime, num_cpus=0.01, memory=64 << 20)
         ray.get(router_actor(settings).get_settings.remote(), timeout=60)

@@ -23,6 +23,7 @@ asking for the same name at once get the same actor and a name never runs twice.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -160,7 +161,10 @@ class DesktopActor:
         self.state = "starting"
         row = self.registry.desktop(name)
         if row is None or row.state != "hibernated":
-            self._start()  # a restart on another node: from the store at once
+            # A restart on another node: from the store at once, but after this returns, so
+            # that Ray sends the calls waiting for the actor while the supervisor starts (they
+            # wait for it in _session: it holds the lock).
+            threading.Thread(target=self._start_once, name="aotui-start", daemon=True).start()
         else:
             self.registry.record(name, "hibernated", self.node, row.last_use)
             self.state = "hibernated"
@@ -192,6 +196,14 @@ class DesktopActor:
         self.started = (began, time.time())
         self.registry.record(self.name, "running", self.node)
         self.state = "running"
+
+    def _start_once(self) -> None:
+        with self._lock:
+            if self._desktop is None and not self._released:
+                try:
+                    self._start()
+                except Exception:  # the next call starts it again, or says why it cannot
+                    logging.getLogger(__name__).exception("desktop %s did not start", self.name)
 
     def _stop(self) -> None:
         for client in self._sessions.values():
