@@ -64,11 +64,13 @@ def bench_call(fleet: FleetClient, n: int = 300) -> dict[str, float]:
     direct = Client("bench-call", info["socket"])
     figures: dict[str, float] = {}
     try:
-        for what, through in (("ping", desktop.ping), ("ping_direct", direct.ping)):
-            figures[what] = _timed(through, n)
         bump = BUMP.format(app="app_0")
-        figures["exec"] = _timed(lambda: desktop.execute(bump), n)
-        figures["exec_direct"] = _timed(lambda: direct.execute(bump), n)
+        # Each pair timed call by call, alternating, so a change of the machine's load
+        # meanwhile weighs on both alike.
+        figures["ping"], figures["ping_direct"] = _timed_pair(desktop.ping, direct.ping, n)
+        figures["exec"], figures["exec_direct"] = _timed_pair(
+            lambda: desktop.execute(bump), lambda: direct.execute(bump), n
+        )
     finally:
         direct.close()
         desktop.close()
@@ -81,15 +83,18 @@ def bench_call(fleet: FleetClient, n: int = 300) -> dict[str, float]:
     return {f"fleet_call_{key}_p50_ms": value for key, value in figures.items()}
 
 
-def _timed(call: Any, n: int) -> float:
+def _timed_pair(first: Any, second: Any, n: int) -> tuple[float, float]:
+    """p50 (ms) of each of two calls, timed alternately ``n`` times each after 10 warm-ups."""
     for _ in range(10):
-        call()
-    samples = []
+        first()
+        second()
+    samples: tuple[list[float], list[float]] = ([], [])
     for _ in range(n):
-        began = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - began) * 1000)
-    return _pct(samples, 0.5)
+        for call, into in ((first, samples[0]), (second, samples[1])):
+            began = time.perf_counter()
+            call()
+            into.append((time.perf_counter() - began) * 1000)
+    return _pct(samples[0], 0.5), _pct(samples[1], 0.5)
 
 
 def bench_node_loss(
