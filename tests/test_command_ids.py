@@ -177,3 +177,25 @@ def test_the_command_line_takes_a_command_id(start_desktop: Start) -> None:
     ]
     assert outputs[0] == outputs[1]
     assert _count(desktop.client) == 1
+
+
+def test_a_reply_too_large_to_keep_is_kept_without_its_results(
+    start_desktop: Start, store_backend: StoreBackend
+) -> None:
+    """What a client's ids make the store hold is bounded: past 64 KiB a reply is kept without
+    its results, and the retry learns what ran (and still runs nothing)."""
+    desktop = start_desktop(["echo", "slow"], name="big", **_store(store_backend))
+    client = desktop.client
+    client.execute(OPEN)
+    big = "x" * (100 << 10)
+    noop = {"app": "app_0", "view": "view_0", "operation": "noop", "args": {"value": big}}
+    first = client.execute(noop, command_id="big-1")
+    assert first["results"] == [big]
+    again = client.call("execute", **noop, command_id="big-1")  # the raw reply, every key
+    assert again["ran"] == 1
+    assert again["results"] == [None]
+    assert "more than the 65536 kept for a retry" in again["results_dropped"]
+    if store_backend.kind == "postgresql":  # (the SQLite file is the supervisor's alone)
+        query = "SELECT max(length(reply)) FROM commands WHERE {desktop}"
+        longest = store_backend.sql(query, desktop="big")[0][0]
+        assert 0 < longest < 64 << 10

@@ -29,17 +29,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.errors import Outcome as ReplyOutcome
+from aotui.protocol.messages import AppState
 from aotui.supervisor.store.base import Command
 
 if TYPE_CHECKING:
     from aotui.supervisor.desktop.persistence import Persistence
 
-__all__ = ["REMEMBERED", "RUNNING", "CommandIds", "CommandRun"]
+__all__ = ["REMEMBERED", "REPLY_KEEP_BYTES", "RUNNING", "CommandIds", "CommandRun", "kept"]
 
-#: Replies a desktop without a store that records ids keeps in memory.
-REMEMBERED = 4096
+#: Replies a desktop without a store that records ids keeps in memory (each at most
+#: :data:`REPLY_KEEP_BYTES`: 64 MiB at worst).
+REMEMBERED = 1024
+#: A reply larger than this (encoded) is kept without its results (what ran, and that they were
+#: too large to keep): what a client's ids can make the store or memory hold is bounded.
+REPLY_KEEP_BYTES = 64 << 10
 
 
 @dataclass
@@ -64,7 +70,7 @@ class CommandRun:
         reply: dict[str, Any] = {"ran": ran, "results": [*self.results, self.result]}
         if ran < self.total:
             reply |= {"partial": True, "total": self.total}
-        return reply
+        return kept(reply)
 
     def carry(self) -> Command | None:
         """The command a write made now records (``None`` from another task)."""
@@ -77,6 +83,20 @@ class CommandRun:
 RUNNING: contextvars.ContextVar[CommandRun | None] = contextvars.ContextVar(
     "aotui_command_run", default=None
 )
+
+
+def kept(reply: Any) -> Any:
+    """``reply`` as it is recorded: whole, or without its results past :data:`REPLY_KEEP_BYTES`."""
+    size = len(codec.encode(AppState(request_id=0, data=reply)))
+    if size <= REPLY_KEEP_BYTES or not isinstance(reply, dict):
+        return reply
+    dropped = f"{size} bytes, more than the {REPLY_KEEP_BYTES} kept for a retry"
+    if "error" in reply:
+        data = {k: v for k, v in reply.get("data", {}).items() if k != "results"}
+        return reply | {"data": data | {"results_dropped": dropped}}
+    if "results" in reply:
+        return reply | {"results": [None] * len(reply["results"]), "results_dropped": dropped}
+    return reply
 
 
 def _error_reply(exc: AotuiError) -> dict[str, Any]:
@@ -139,12 +159,14 @@ class CommandIds:
         except AotuiError as exc:
             final = _error_reply(exc)
             if run.recorded is not None:  # it took some effect: the error is its reply
-                await self.persistence.record_reply(Command(command_id, final, continues=True))
+                await self.persistence.record_reply(
+                    Command(command_id, kept(final), continues=True)
+                )
             raise
         else:
-            if final != run.recorded:
+            if kept(final) != run.recorded:
                 continues = run.recorded is not None
-                await self.persistence.record_reply(Command(command_id, final, continues))
+                await self.persistence.record_reply(Command(command_id, kept(final), continues))
             return final
         finally:
             RUNNING.reset(token)
