@@ -1,0 +1,187 @@
+"""The fleet's head node (docs/fleet.md, *The head node*): a Ray head whose control store (the GCS)
+is backed by a private Redis survives the GCS's kill -9, and the desktops' detached actors answer
+by the same name with their state; without Redis a head loss ends the cluster, and a new
+cluster's fleet resumes the desktops from PostgreSQL by name.
+
+Each test starts its own cluster (a head and one worker node, ray.cluster_utils), so they are
+slow-marked. Redis is Debian's ``redis-server`` (CI installs it), on a free loopback port with its
+files in ``tmp_path``, killed when the test ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from aotui.protocol.errors import AotuiError
+from tests.stores import PrivatePostgres
+from tests.test_durability import BUMP
+
+ray = pytest.importorskip("ray", reason="the fleet's tests need Ray: pip install 'aotui[fleet]'")
+
+from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip without Ray
+    DESKTOP_PREFIX,
+    NAMESPACE,
+    FleetSettings,
+    router_actor,
+)
+from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
+from tests.fleet_cluster import ray_cluster  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+ECHO = Path(__file__).parent / "apps" / "echo"
+OPEN = "<context>open --application app_0</context>"
+BUMP_0 = BUMP.format(app="app_0")
+AOTUI = Path(sys.executable).parent / "aotui"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def private_redis(directory: Path) -> Iterator[str]:
+    """Debian's redis-server on a free loopback port, its files in ``directory``; its address."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("Debian's redis-server is not installed: apt-get install redis-server")
+    port = _free_port()
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
+         "--save", "", "--appendonly", "no", "--protected-mode", "yes"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline or process.poll() is not None:
+                pytest.fail(f"redis-server did not listen on port {port}")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def _settings(postgres: PrivatePostgres, name: str, runtime: str) -> FleetSettings:
+    url = postgres.create_database(f"{name}{os.getpid()}")
+    config = f"apps = [{str(ECHO)!r}]\ndurability = 'ack'\n".replace("'", '"')
+    return FleetSettings(url, config, runtime, num_cpus=0.01, memory=64 << 20)
+
+
+def _bump(desktop: FleetDesktop) -> int:
+    count: int = desktop.execute(BUMP.format(app="app_0"))["results"][0]
+    return count
+
+
+def _gcs(cluster: Any) -> psutil.Process:
+    (info,) = cluster.head_node.all_processes["gcs_server"]
+    return psutil.Process(info.process.pid)
+
+
+def test_a_redis_backed_head_loses_its_gcs_and_the_desktops_answer_by_name(
+    postgres_server: PrivatePostgres, tmp_path: Path
+) -> None:
+    with (
+        tempfile.TemporaryDirectory(prefix="fleet-", dir="/tmp") as runtime,
+        private_redis(tmp_path) as redis,
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        patch.setenv("RAY_REDIS_ADDRESS", redis)  # the head's GCS keeps its tables there
+        with ray_cluster(workers=1) as (cluster, _workers):
+            settings = _settings(postgres_server, "head", runtime)
+            ray.get(router_actor(settings).get_settings.remote(), timeout=60)
+            desktop = FleetClient(cluster.address).desktop("kappa")
+            desktop.execute(OPEN)
+            assert [_bump(desktop) for _ in range(3)] == [1, 2, 3]
+            actor = ray.get_actor(DESKTOP_PREFIX + "kappa", namespace=NAMESPACE)
+            before = ray.get(actor.info.remote(), timeout=30)
+
+            gcs = _gcs(cluster)
+            gcs.kill()  # kill -9: the cluster's control store, mid-run
+            gcs.wait(10)
+            outage = time.monotonic()
+            # Sent while the GCS is down: through the handle this client already has ...
+            during: dict[str, Any] = {}
+
+            def send() -> None:
+                try:
+                    during["count"] = _bump(desktop)
+                except AotuiError as exc:
+                    during["error"] = f"{exc.code.value}: {exc.message}"
+                during["took_s"] = time.monotonic() - outage
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            # ... and by a new client (a new Ray driver: it must reach the GCS to join and to
+            # find the desktop by name).
+            words = ["exec", "--fleet", cluster.address, "--desktop", "kappa", BUMP_0]
+            newcomer = subprocess.Popen(
+                [str(AOTUI), *words], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            try:
+                time.sleep(3)  # the outage
+                cluster.head_node.kill_gcs_server(check_alive=False)  # Ray's bookkeeping of it
+                cluster.head_node.start_gcs_server()
+                restarted = time.monotonic()
+                sender.join(120)
+                assert not sender.is_alive(), "the command sent during the outage never answered"
+                assert "error" not in during, during
+                _out, err = newcomer.communicate(timeout=120)
+            finally:
+                newcomer.kill()  # gone already unless something failed
+            answered = time.monotonic() - restarted
+            assert newcomer.returncode == 0, err[-2000:]
+            print(
+                f"during a 3 s GCS outage: a call on a known handle answered in "
+                f"{during['took_s']:.2f} s; a new client's exec {answered:.2f} s after the GCS "
+                "was back"
+            )
+            # Each ran once: 3 before, the two sent during the outage, then this one.
+            assert _bump(desktop) == 6
+            # The same detached actor (not a restarted one) answers by name, with its state.
+            again = ray.get_actor(DESKTOP_PREFIX + "kappa", namespace=NAMESPACE)
+            after = ray.get(again.info.remote(), timeout=30)
+            kept = ("node", "actor_pid", "pid")
+            assert [after[k] for k in kept] == [before[k] for k in kept], (before, after)
+
+
+def test_without_redis_a_head_loss_ends_the_cluster_and_a_new_one_resumes_by_name(
+    postgres_server: PrivatePostgres,
+) -> None:
+    with tempfile.TemporaryDirectory(prefix="fleet-", dir="/tmp") as runtime:
+        settings = _settings(postgres_server, "nohead", runtime)
+        with ray_cluster(workers=1) as (cluster, _workers):
+            ray.get(router_actor(settings).get_settings.remote(), timeout=60)
+            desktop = FleetClient(cluster.address).desktop("lambda")
+            desktop.execute(OPEN)
+            assert [_bump(desktop) for _ in range(3)] == [1, 2, 3]
+            ray.shutdown()  # this driver first: Ray exits a driver that loses its GCS for 60 s
+            head = [info.process.pid for infos in cluster.head_node.all_processes.values()
+                    for info in infos]  # fmt: skip
+            for pid in head:  # the head machine lost: the cluster's control store with it
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
+        # A new cluster, the same PostgreSQL: its fleet resumes the desktop by name.
+        with ray_cluster(workers=1) as (cluster, _workers):
+            ray.get(router_actor(settings).get_settings.remote(), timeout=60)
+            assert _bump(FleetClient(cluster.address).desktop("lambda")) == 4
