@@ -188,7 +188,9 @@ def test_a_reply_too_large_to_keep_is_kept_without_its_results(
     client = desktop.client
     client.execute(OPEN)
     big = "x" * (100 << 10)
-    noop = {"app": "app_0", "view": "view_0", "operation": "noop", "args": {"value": big}}
+    noop: dict[str, Any] = {
+        "app": "app_0", "view": "view_0", "operation": "noop", "args": {"value": big}
+    }  # fmt: skip
     first = client.execute(noop, command_id="big-1")
     assert first["results"] == [big]
     again = client.call("execute", **noop, command_id="big-1")  # the raw reply, every key

@@ -70,7 +70,8 @@ class CommandRun:
         reply: dict[str, Any] = {"ran": ran, "results": [*self.results, self.result]}
         if ran < self.total:
             reply |= {"partial": True, "total": self.total}
-        return kept(reply)
+        recorded: dict[str, Any] = kept(reply)
+        return recorded
 
     def carry(self) -> Command | None:
         """The command a write made now records (``None`` from another task)."""
