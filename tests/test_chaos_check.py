@@ -559,3 +559,20 @@ def test_an_older_state_after_a_recovery_is_lost_even_with_a_command_in_flight(
     assert lost.status is Status.FAIL
     assert "lost acknowledged effects" in lost.evidence[0].text
     assert verdict(history, tmp_path, CheckName.APPLIED_AT_MOST_ONCE).status is Status.PASS
+
+
+def test_a_command_held_for_a_worker_s_recovery_does_not_excuse_a_lost_effect(
+    tmp_path: Path,
+) -> None:
+    """A command waiting for its app's worker to restart runs on the recovered state, and its
+    ack shows it: that is no effect stored before the fault (a forgetful app's loss)."""
+    r = Recorder()
+    r.command("c1").reply("c1").state("d1", command="c1")
+    r.command("c2")
+    r.add("recovery", fault="f1", app="app_2", what="worker", seconds=0.3, ok=True)
+    r.state("d0", basis="recovered", fault="f1")
+    r.reply("c2").state("d0", command="c2").end()
+    lost = verdict(r, tmp_path, CheckName.NO_ACKNOWLEDGED_EFFECT_LOST)
+    assert lost.status is Status.FAIL
+    assert "lost acknowledged effects" in lost.evidence[0].text
+    assert verdict(r, tmp_path, CheckName.APPLIED_AT_MOST_ONCE).summary.startswith("0 commands")

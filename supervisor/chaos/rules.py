@@ -25,6 +25,7 @@ from aotui.supervisor.chaos.history import (
     History,
     Outcome,
     RecoveryEvent,
+    RecoveryWhat,
     ReplyEvent,
     RunEvent,
     RunPhase,
@@ -163,12 +164,13 @@ class IndexedRun:
         return command.app if command is not None else None
 
     def in_flight(self, app: str, acked: StateEvent, recovery: RecoveryEvent) -> list[CommandEvent]:
-        """The commands on ``app`` sent after its acknowledged state ``acked`` and before
-        ``recovery`` that were not answered before it, or were answered with an unknown outcome,
-        and the commands that sent them again (``retry_of``): any of them may have taken effect
-        before the recovery."""
+        """The commands on ``app`` sent after its acknowledged state ``acked`` and before a
+        recovery of the supervisor that were not answered before it, or were answered with an
+        unknown outcome, and the commands that sent them again (``retry_of``): any of them may
+        have taken effect before the supervisor was lost. (After a worker's recovery a command
+        held for it runs on the recovered state: none is in flight in this sense.)"""
         timeline = self.touches.apps.get(app)
-        if timeline is None:
+        if timeline is None or recovery.what is not RecoveryWhat.SUPERVISOR:
             return []
         start = bisect.bisect_right(timeline.keys, _key(acked))
         end = bisect.bisect_left(timeline.keys, _key(recovery))
@@ -369,12 +371,12 @@ def _explained_by_in_flight(
     run: IndexedRun, app: str, acked: StateEvent, recovery: RecoveryEvent, after: StateEvent
 ) -> bool:
     """Whether a recovered state other than the last acknowledged one is a command's in flight
-    at the recovery: the state its first reply acknowledged, or a state never acknowledged
-    before (then :func:`applied_at_most_once` judges it)."""
-    flight = run.in_flight(app, acked, recovery)
-    if not flight:
+    at the recovery, answered since: the state its first reply acknowledged, or a state never
+    acknowledged before (then :func:`applied_at_most_once` fails it: applied again)."""
+    acks = [run.ack_of[c.id] for c in run.in_flight(app, acked, recovery) if c.id in run.ack_of]
+    if not acks:
         return False
-    if any(run.ack_of[c.id].digest == after.digest for c in flight if c.id in run.ack_of):
+    if any(state.digest == after.digest for state in acks):
         return True
     return not run.acked_before(app, after.digest, recovery)
 
