@@ -184,6 +184,7 @@ class FleetHistory:
         self.epoch = time.time()
         self.writer = HistoryWriter(self.path, self.epoch)
         self._ids = itertools.count(1)
+        self._counting = threading.Lock()  # the load's threads count together
         self._faults = itertools.count(1)
         self._gates: dict[str, threading.Event] = {}
         self.commands = 0
@@ -203,11 +204,13 @@ class FleetHistory:
         cid = f"{name}.{next(self._ids)}"
         retry_of = None
         for _ in range(5):
-            self.commands += 1
+            sent = cid if retry_of is None else f"{cid}~{next(self._ids)}"
+            with self._counting:
+                self.commands += 1
             self.writer.append(
                 EventKind.COMMAND,
                 src=Source.AGENT,
-                id=cid if retry_of is None else f"{cid}~{self.commands}",
+                id=sent,
                 session=desktop.session,
                 interface="python",
                 app=name,
@@ -215,12 +218,12 @@ class FleetHistory:
                 text=BUMP,
                 retry_of=retry_of,
             )
-            sent = cid if retry_of is None else f"{cid}~{self.commands}"
             try:
                 reply = desktop.invoke("execute", (BUMP,), command_id=cid)
             except AotuiError as exc:
                 unknown = exc.data.get("took_effect") in ("unknown", "partly")
-                self.replies += 1
+                with self._counting:
+                    self.replies += 1
                 self.errors.append(f"{name}: {exc.code.value}: {exc.message}")
                 self.writer.append(
                     EventKind.REPLY,
@@ -240,7 +243,8 @@ class FleetHistory:
             self.writer.append(
                 EventKind.STATE, app=name, digest=_digest(name, count), basis="ack", command=sent
             )
-            self.replies += 1
+            with self._counting:
+                self.replies += 1
             self.writer.append(
                 EventKind.REPLY, src=Source.AGENT, id=sent, ok=True, outcome="applied"
             )
