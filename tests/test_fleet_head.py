@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
-from aotui.protocol.errors import AotuiError
+from aotui.protocol.errors import AotuiError, ErrorCode
 from tests.stores import PrivatePostgres
 from tests.test_durability import BUMP
 
@@ -185,3 +185,78 @@ def test_without_redis_a_head_loss_ends_the_cluster_and_a_new_one_resumes_by_nam
         with ray_cluster(workers=1) as (cluster, _workers):
             ray.get(router_actor(settings).get_settings.remote(), timeout=60)
             assert _bump(FleetClient(cluster.address).desktop("lambda")) == 4
+
+
+def _aotui(env: dict[str, str], *words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(AOTUI), *words], capture_output=True, text=True, timeout=120, check=False, env=env
+    )
+
+
+def test_fleet_up_local_turns_ray_s_token_on_and_only_its_user_s_clients_get_through(
+    postgres_server: PrivatePostgres, tmp_path: Path
+) -> None:
+    """`aotui fleet up --local` starts its head with Ray's token authentication on, the token
+    in a 0600 file under a 0700 directory of the fleet's user; that user's aotui clients send
+    it, and a client without it (aotui's, or Ray's own with a wrong token) is refused."""
+    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths
+    # Nobody's Ray settings or ~/.ray/auth_token: the owner has the fleet's token file only
+    # (in AOTUI_HOME, the test's own), the stranger has nothing.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    owner = clean | {"RAY_TMPDIR": ray_tmp, "HOME": str(tmp_path / "owner")}
+    stranger = clean | {"HOME": str(tmp_path / "stranger"), "AOTUI_HOME": str(tmp_path / "s")}
+    (tmp_path / "owner").mkdir()
+    (tmp_path / "stranger").mkdir()
+    config = tmp_path / "desktops.toml"
+    config.write_text(f"apps = [{str(ECHO)!r}]\ndurability = 'ack'\n".replace("'", '"'))
+    url = postgres_server.create_database(f"token{os.getpid()}")
+    try:
+        up = _aotui(
+            owner, "fleet", "up", "--local", "--local-port", str(_free_port()),
+            "--local-cpus", "1", "--store", url, "--config", str(config), "--cpus", "0.01",
+            "--memory-mb", "64",
+        )  # fmt: skip
+        assert up.returncode == 0, up.stderr[-3000:]
+        assert "Ray token authentication: on" in up.stdout, up.stdout
+        address = up.stdout.split("fleet up on Ray at ")[1].split()[0]
+        token = Path(os.environ["AOTUI_HOME"]) / "fleet" / "auth_token"
+        assert token.stat().st_mode & 0o777 == 0o600
+        assert token.parent.stat().st_mode & 0o777 == 0o700
+
+        started = time.monotonic()
+        refused = _aotui(stranger, "fleet", "status", "--ray", address)
+        refused_s = time.monotonic() - started
+        assert refused.returncode == ErrorCode.E_PERMISSION.exit_code, refused.stderr[-3000:]
+        assert "requires Ray's authentication token" in refused.stderr
+        # Ray's own client, as anyone on the machine could run it, with a made-up token.
+        guess = stranger | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}
+        code = (
+            f"import ray; ray.init(address={address!r}, log_to_driver=False); "
+            "print(ray.util.list_named_actors(all_namespaces=True))"
+        )
+        plain = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+            check=False, env=guess,
+        )  # fmt: skip
+        assert plain.returncode != 0
+        assert "AuthenticationError" in plain.stderr, plain.stderr[-3000:]
+        assert "aotui-fleet-router" not in plain.stdout
+
+        ran = _aotui(owner, "exec", "--fleet", address, "--desktop", "mu", OPEN)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        status = _aotui(owner, "fleet", "status", "--ray", address)
+        assert status.returncode == 0, status.stderr[-3000:]
+        assert [line.split()[0] for line in status.stdout.splitlines()][1] == "mu"
+        assert "Ray token authentication: on" in status.stdout
+        print(f"a client without the token was refused after {refused_s:.1f} s")
+    finally:
+        left = []
+        for process in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if any(ray_tmp in part for part in process.info["cmdline"] or []):
+                    left.append(process)
+        for process in left:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(left, timeout=10)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

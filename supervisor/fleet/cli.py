@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.supervisor.fleet.auth import cluster_uses_token, make_token, ray_env, token_path
 
 __all__ = ["FleetArgs", "format_fleet", "main", "on_fleet"]
 
@@ -57,6 +59,9 @@ def _parser() -> FleetArgs:
     up.add_argument("--cpus", type=float, default=0.1, help="CPUs Ray reserves per desktop")
     up.add_argument("--memory-mb", type=int, default=256, help="memory Ray reserves per desktop")
     up.add_argument("--local-cpus", type=int, default=2, help="with --local: the head's CPUs")
+    up.add_argument(
+        "--local-port", type=int, default=6379, help="with --local: the head's port (Ray's GCS)"
+    )
     for name, text in (
         ("status", "desktops: node, state, memory, last use"),
         ("drain", "move the desktops off a node"),
@@ -78,7 +83,11 @@ def main(args: argparse.Namespace) -> int:
     fleet = FleetClient(inner.ray)
     if inner.fleet_command == "status":
         rows = fleet.status()
-        print(json.dumps(rows, indent=2) if args.json else format_fleet(rows))
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            print(format_fleet(rows))
+            print(_token_line(cluster_uses_token(fleet.router)))
         return 0
     moved = fleet.drain(inner.node)
     print(json.dumps({"moved": moved}) if args.json else f"moved {len(moved)}: {' '.join(moved)}")
@@ -91,7 +100,7 @@ def _up(args: argparse.Namespace, inner: argparse.Namespace) -> int:
 
     address = inner.ray
     if inner.local:
-        address = _start_local(inner.local_cpus)
+        address = _start_local(inner.local_cpus, inner.local_port)
     config = Path(inner.config).read_text() if inner.config else ""
     wanted = FleetSettings(
         inner.store, config, idle_s=inner.idle_s, release_s=inner.release_s, num_cpus=inner.cpus,
@@ -100,27 +109,41 @@ def _up(args: argparse.Namespace, inner: argparse.Namespace) -> int:
     connect(address)
     import ray
 
-    running = ray.get(router_actor(wanted).get_settings.remote(), timeout=120)
+    router = router_actor(wanted)
+    running = ray.get(router.get_settings.remote(), timeout=120)
     if running["store"] != wanted.store:
         raise AotuiError(
             ErrorCode.E_INVALID_CMD,
             "a fleet already runs on this cluster with another store; its desktops stay there",
         )
+    address = ray.get_runtime_context().gcs_address
+    token = cluster_uses_token(router)
     if args.json:
-        print(json.dumps({"address": address, "router": "aotui-fleet-router"}))
+        print(json.dumps({"address": address, "router": "aotui-fleet-router", "token": token}))
     else:
         print(f"fleet up on Ray at {address} (router aotui-fleet-router)")
+        print(_token_line(token, token_path() if inner.local else None))
     return 0
 
 
-def _start_local(cpus: int) -> str:
-    """Start a Ray head on this machine (it outlives this command; `ray stop` stops it)."""
+def _token_line(on: bool, kept_in: Path | None = None) -> str:
+    """What ``fleet up`` and ``fleet status`` say of Ray's token (``kept_in``: where ``up
+    --local`` keeps it)."""
+    if on:
+        return "Ray token authentication: on" + (f" (the token: {kept_in})" if kept_in else "")
+    return "Ray token authentication: OFF: anyone who reaches the cluster's ports can run code"
+
+
+def _start_local(cpus: int, port: int) -> str:
+    """Start a Ray head on this machine with Ray's token authentication on, the token in this
+    user's private file (it outlives this command; `ray stop` stops it)."""
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray_cli is None:
         raise AotuiError(ErrorCode.E_INVALID_CMD, "no `ray` command: pip install 'aotui[fleet]'")
+    env = os.environ | ray_env(make_token())
     done = subprocess.run(
-        [ray_cli, "start", *LOCAL_HEAD, f"--num-cpus={cpus}"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [ray_cli, "start", *LOCAL_HEAD, f"--num-cpus={cpus}", f"--port={port}"],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
     )  # fmt: skip
     if done.returncode != 0 and "already running" not in done.stdout + done.stderr:
         raise AotuiError(

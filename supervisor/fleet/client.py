@@ -38,6 +38,7 @@ from aotui.supervisor.fleet.actors import (
     decode_reply,
     supervisor_dedupes,
 )
+from aotui.supervisor.fleet.auth import refused_by_token, token_refused, use_token
 
 if TYPE_CHECKING:
     from aotui.supervisor.interface.client import Client
@@ -55,15 +56,22 @@ RETRY_S = 0.05
 
 
 def connect(address: str) -> None:
-    """Join the Ray cluster at ``address`` (once per process), in the fleet's namespace."""
+    """Join the Ray cluster at ``address`` (once per process), in the fleet's namespace, with
+    the fleet's token if there is one (:func:`~aotui.supervisor.fleet.auth.use_token`)."""
     if not ray.is_initialized():
-        ray.init(
-            address=address,
-            namespace=NAMESPACE,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
+        source = use_token()
+        try:
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        except ConnectionError as exc:
+            if not refused_by_token(exc):
+                raise
+            raise token_refused(address, source) from None
 
 
 class FleetClient:
