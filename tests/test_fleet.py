@@ -113,8 +113,8 @@ def test_a_desktop_answers_by_name_with_client_s_typed_methods(fleet: Fleet) -> 
     assert "app_0" in text
     status = desktop.status()
     assert status["apps"][0]["app"] == "app_0"
-    with pytest.raises(AttributeError, match="no method 'signals'"):
-        desktop.signals  # noqa: B018 -- needs a local socket: not offered
+    with pytest.raises(AttributeError, match="no method 'paths'"):
+        desktop.paths  # noqa: B018 -- a local socket's: not offered (tests/test_fleet_faces.py)
     # An error of the desktop comes back typed, as from a local Client.
     with pytest.raises(AotuiError) as raised:
         desktop.execute("<context>open --application app_99</context>")

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,9 +38,11 @@ from typing import Any
 
 import psutil
 import ray
+import zmq
 
-from aotui.protocol import api
+from aotui.protocol import api, codec
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import Signal
 from aotui.supervisor.fleet.registry import Registry
 from aotui.supervisor.interface.client import Client
 from aotui.supervisor.interface.launch import AOTUI, DesktopLaunch, LaunchedDesktop, launch_desktop
@@ -65,6 +68,8 @@ ROUTER = "aotui-fleet-router"
 DESKTOP_PREFIX = "aotui-desktop:"
 #: Methods of :class:`Client` that change the desktop: each call gets a command id.
 CHANGING = frozenset({"execute", "say", "install", "uninstall", "import_state"})
+#: How often a signal stream looks for its desktop's supervisor while it is not running.
+_SIGNALS_IDLE_S = 0.05
 #: Methods that only read: sent again when the supervisor died under them.
 READS = frozenset({"capabilities", "export_state", "ping", "snapshot", "status"})
 #: Methods a session may call (the public ones of :class:`Client` that need no local socket).
@@ -316,6 +321,61 @@ class DesktopActor:
                 {"took_effect": "unknown", "command_id": command_id},
             )
         )
+
+    def signals(self, beat_s: float = 1.0) -> Iterator[bytes | None]:
+        """The desktop's signals, each as its wire frame (:mod:`protocol.codec`): a Ray
+        streaming generator (``num_returns="streaming"``), for :meth:`FleetDesktop.signals
+        <aotui.supervisor.fleet.client.FleetDesktop.signals>`.
+
+        Yields ``None`` once subscribed, then after every ``beat_s`` of silence (its caller
+        learns the stream is alive, and the stream learns of a cancel or a caller gone). A
+        hibernated desktop is not resumed by a subscriber: the stream waits for its next start,
+        and follows each new supervisor (a restart, a resume) on its own socket. It ends when its
+        caller cancels it or the actor is released or moved: the caller subscribes again.
+        """
+        context = zmq.Context()
+        sock: zmq.Socket[bytes] | None = None
+        following: LaunchedDesktop | None = None
+        beat = time.monotonic()
+        try:
+            if self._released:  # exiting: no first item, the caller asks the next actor
+                return
+            yield None
+            while not ray.get_runtime_context().is_canceled():
+                with self._lock:
+                    if self._released:
+                        return
+                    current = self._desktop
+                if current is not following:
+                    if sock is not None:
+                        sock.close(linger=0)
+                        sock = None
+                    following = current
+                    if current is not None:
+                        sock = context.socket(zmq.SUB)
+                        sock.setsockopt(zmq.LINGER, 0)
+                        sock.setsockopt(zmq.MAXMSGSIZE, 1 << 16)
+                        sock.setsockopt(zmq.SUBSCRIBE, b"")
+                        sock.connect(current.paths.signals)
+                if sock is None:  # hibernated, or starting: looked at again soon
+                    time.sleep(_SIGNALS_IDLE_S)
+                    if time.monotonic() - beat >= beat_s:
+                        beat = time.monotonic()
+                        yield None
+                    continue
+                if not sock.poll(int(beat_s * 1000)):
+                    beat = time.monotonic()
+                    yield None
+                    continue
+                frame = sock.recv()
+                with contextlib.suppress(AotuiError):  # not a message: skipped
+                    if isinstance(codec.decode(frame), Signal):
+                        beat = time.monotonic()
+                        yield frame
+        finally:
+            if sock is not None:
+                sock.close(linger=0)
+            context.term()
 
     def close_session(self, session: str) -> None:
         with self._lock:

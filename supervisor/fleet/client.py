@@ -23,11 +23,14 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import ray
 
+from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.messages import Signal
 from aotui.supervisor.fleet.actors import (
     CHANGING,
     DESKTOP_PREFIX,
@@ -53,6 +56,10 @@ __all__ = ["FAILOVER_S", "FleetClient", "FleetDesktop", "connect"]
 FAILOVER_S = 60.0
 #: Pause between two tries while it restarts.
 RETRY_S = 0.05
+#: A signal stream's heartbeat: how soon a silent stream notices a ``timeout_s`` or a cancel.
+BEAT_S = 1.0
+#: Heartbeats a stream runs ahead of a caller that does not read them, before it waits.
+BACKLOG = 64
 
 
 def connect(address: str) -> None:
@@ -128,7 +135,14 @@ class FleetDesktop(_Typed):
         self.failover_s = failover_s
         #: This client's session on the desktop (its own snapshot id and lease).
         self.session = session or uuid.uuid4().hex
+        #: Kept here for a caller that pulls with ``call("snapshot", …)`` and passes the id on
+        #: itself (the MCP server); :meth:`snapshot` keeps its id in the desktop's own client.
+        self.snapshot_id: str | None = None
+        #: The lease owner a caller names (passed on by its ``acquire(owner=…)``).
+        self.owner: str | None = None
         self._actor: Any = None
+        #: Counts :meth:`close` calls: a signal iterator ends once it changes.
+        self._closes = 0
 
     def __getattr__(self, method: str) -> Any:
         if method not in FORWARDED:
@@ -180,8 +194,74 @@ class FleetDesktop(_Typed):
                 continue
             return decode_reply(reply)
 
+    def signals(self, timeout_s: float | None = None) -> Iterator[Signal]:
+        """Yield the desktop's signals as :meth:`Client.signals` does; stops after
+        ``timeout_s`` of silence (to within :data:`BEAT_S`).
+
+        Subscribed when called: a change made after this returns is not missed. The signals
+        come over a Ray streaming generator of the desktop's actor; when the actor is restarted
+        (its node lost, a drain, a release) the stream is opened again on the new one, and the
+        signals published in between are not delivered (docs/fleet.md): read a snapshot after a
+        move. ``E_UNAVAILABLE`` when no actor answers within ``failover_s``.
+        """
+        beat_s = BEAT_S if timeout_s is None else max(0.05, min(BEAT_S, timeout_s))
+        return self._follow(self._subscribe(beat_s), beat_s, timeout_s, self._closes)
+
+    def _subscribe(self, beat_s: float) -> Any:
+        """A stream of the desktop's signals, once its actor says it is subscribed."""
+        deadline = time.monotonic() + self.failover_s
+        while True:
+            if not ray.is_initialized():  # this process left the cluster (ray.shutdown)
+                raise AotuiError(ErrorCode.E_UNAVAILABLE, "not connected to the fleet's cluster")
+            try:
+                if self._actor is None:
+                    self._actor = self.fleet.actor(self.name)
+                stream = self._actor.signals.options(
+                    num_returns="streaming", _generator_backpressure_num_objects=BACKLOG
+                ).remote(beat_s)
+                ray.get(next(stream))  # the actor's first item: it is subscribed
+                return stream
+            except (ray.exceptions.RayError, StopIteration) as exc:
+                self._actor = None  # restarting, moving or released: looked up again
+                if time.monotonic() > deadline:
+                    raise AotuiError(
+                        ErrorCode.E_UNAVAILABLE,
+                        f"desktop {self.name!r} did not take a signal subscriber within "
+                        f"{self.failover_s:g} s ({type(exc).__name__}); try again",
+                    ) from None
+                time.sleep(RETRY_S)
+
+    def _follow(
+        self, stream: Any, beat_s: float, timeout_s: float | None, closes: int
+    ) -> Iterator[Signal]:
+        quiet_since = time.monotonic()
+        try:
+            while self._closes == closes:  # closed: ended at the next heartbeat
+                try:
+                    frame = ray.get(next(stream))
+                except (ray.exceptions.RayError, StopIteration):
+                    # Its actor died or moved: subscribe on the next one (what was published
+                    # meanwhile is not delivered).
+                    self._actor = None
+                    stream = self._subscribe(beat_s)
+                    continue
+                if frame is None:  # a heartbeat
+                    if timeout_s is not None and time.monotonic() - quiet_since >= timeout_s:
+                        return
+                    continue
+                message = codec.decode(frame)
+                if isinstance(message, Signal):
+                    quiet_since = time.monotonic()
+                    yield message
+        finally:
+            if ray.is_initialized():  # (ray.cancel would join a cluster again)
+                with contextlib.suppress(Exception):  # its actor is gone: so is the stream
+                    ray.cancel(stream)
+
     def close(self) -> None:
-        """End this session on the desktop (its lease is released)."""
+        """End this session on the desktop (its lease is released); its signal iterators end
+        within a heartbeat (:data:`BEAT_S`)."""
+        self._closes += 1
         if self._actor is not None:
             with contextlib.suppress(ray.exceptions.RayError):  # gone: so is the session
                 ray.get(self._actor.close_session.remote(self.session), timeout=10)

@@ -597,11 +597,21 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         address = parse_address(args.http)
     # Served whether or not the desktop is up: a client shown only "Connection closed" learns
     # nothing, so each tool call answers E_UNAVAILABLE with how to start it until it answers.
-    if args.start:
+    connect = None
+    if args.fleet:  # a fleet's desktop by name (Ray imported here only); it starts on demand
+        if address is not None:
+            raise AotuiError(ErrorCode.E_INVALID_CMD, "aotui mcp --fleet serves stdio only")
+        import functools
+
+        from aotui.supervisor.fleet.client import FleetClient
+
+        fleet = FleetClient(args.fleet)
+        connect = functools.partial(fleet.desktop, args.desktop)
+    elif args.start:
         _start_for_mcp(args)
     per_operation = args.tools == "per-operation"
     if address is None:
-        anyio.run(serve_stdio, args.desktop, args.socket, per_operation)
+        anyio.run(serve_stdio, args.desktop, args.socket, per_operation, connect)
         return 0
     anyio.run(serve_http, args.desktop, args.socket, address, per_operation)
     return 0
@@ -994,7 +1004,7 @@ def build_parser(command: str | None = None, listed: bool = False) -> argparse.A
         "--plain", action="store_true", help="text only (a snapshot's lines, a title, a URL)"
     )
     parsers["fleet"].add_argument("fleet_args", nargs=argparse.REMAINDER, metavar="up|status|...")
-    for name in ("snapshot", "exec", "status"):
+    for name in ("snapshot", "exec", "status", "mcp"):
         parsers[name].add_argument(
             "--fleet", metavar="ADDRESS", help="the fleet on this Ray cluster (with --desktop NAME)"
         )

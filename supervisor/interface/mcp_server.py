@@ -11,6 +11,11 @@ keeps nobody out. Errors come back as tool results with ``isError`` and ``{code,
 recoverable}``, so the model can recover; a desktop that is not up is such an error
 (``E_UNAVAILABLE``, saying how to start it), and the server uses the desktop once it answers.
 
+The server needs of a desktop only :class:`Client`'s typed API: ``connect`` makes each session's
+client, a local ``Client`` by default; ``aotui mcp --fleet`` gives a fleet's
+:class:`~aotui.supervisor.fleet.client.FleetDesktop` instead, whose ``signals()`` (read on a
+thread) drive the resource updates.
+
 Imported only by the ``mcp`` command: the SDK costs start-up time no other command should pay.
 """
 
@@ -20,7 +25,9 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -48,9 +55,17 @@ _MARKDOWN, _JSON = "text/markdown", "application/json"
 class DesktopMcp:
     """The MCP face of one desktop: a low-level SDK server and one client per MCP session."""
 
-    def __init__(self, desktop: str, socket_dir: str | None, per_operation: bool = False) -> None:
+    def __init__(
+        self,
+        desktop: str,
+        socket_dir: str | None,
+        per_operation: bool = False,
+        connect: Callable[[], Client] | None = None,
+    ) -> None:
         self.desktop = desktop
         self.socket_dir = socket_dir
+        #: Makes one session's client (with :class:`Client`'s API); ``None``: a local Client.
+        self.connect = connect
         #: Also one tool per visible operation (from each session's last pull).
         self.per_operation = per_operation
         self._operation_tools: dict[int, dict[str, OperationTool]] = {}
@@ -116,7 +131,10 @@ class DesktopMcp:
         """Run ``work(client)`` on this MCP session's client, one call at a time."""
         key = id(self._session())
         if key not in self._clients:
-            client = Client(self.desktop, self.socket_dir, timeout_s=30.0)
+            if self.connect is not None:
+                client = await anyio.to_thread.run_sync(self.connect)
+            else:
+                client = Client(self.desktop, self.socket_dir, timeout_s=30.0)
             client.owner = f"mcp-{os.getpid()}-{len(self._clients) + 1}"
             self._clients[key] = (client, anyio.Lock())
         client, lock = self._clients[key]
@@ -249,8 +267,8 @@ class DesktopMcp:
             def run(client: Client) -> Any:
                 # Held while this session works and IDLE_S after: an idle session keeps
                 # nobody out, and a second one takes its turn (server/lease.py).
-                client.acquire(heartbeat=False, kind="mcp", idle_s=IDLE_S)
-                return client.execute(command)
+                client.acquire(client.owner, heartbeat=False, kind="mcp", idle_s=IDLE_S)
+                return client.execute(command, snapshot_id=client.snapshot_id)
 
             return _json_result(await self._call(run))
         if name == "wait" and "confirmation" in arguments:
@@ -279,6 +297,9 @@ class DesktopMcp:
 
     async def follow_signals(self) -> None:
         """Tell subscribed sessions their resources changed, on every desktop signal."""
+        if self.connect is not None:
+            await self._follow_client_signals()
+            return
         probe = Client(self.desktop, self.socket_dir)
         endpoint = probe.paths.signals
         probe.close()
@@ -294,16 +315,61 @@ class DesktopMcp:
                 with contextlib.suppress(AotuiError):
                     if not isinstance(codec.decode(frame), Signal):
                         continue
-                for key, (session, uris) in list(self._subscribed.items()):
-                    for uri in sorted(uris):
-                        try:
-                            await session.send_resource_updated(AnyUrl(uri))
-                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                            self._subscribed.pop(key, None)  # that session has gone
-                            break
+                await self._updated()
         finally:
             sub.close(linger=0)
             context.term()
+
+    async def _updated(self) -> None:
+        """One desktop signal: every subscribed resource updated."""
+        for key, (session, uris) in list(self._subscribed.items()):
+            for uri in sorted(uris):
+                try:
+                    await session.send_resource_updated(AnyUrl(uri))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self._subscribed.pop(key, None)  # that session has gone
+                    break
+
+    async def _follow_client_signals(self) -> None:
+        """The signals of a client ``connect`` makes (a fleet desktop's), read on a thread of
+        its own (a daemon: its blocking read never holds the process up at exit)."""
+        assert self.connect is not None
+        connect = self.connect
+        send, receive = anyio.create_memory_object_stream[Signal](max_buffer_size=256)
+        token = anyio.lowlevel.current_token()
+        stop = threading.Event()
+        sources: list[Client] = []
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    source = connect()
+                    sources.append(source)
+                    try:
+                        for signal in source.signals():
+                            if stop.is_set():
+                                return
+                            anyio.from_thread.run_sync(send.send_nowait, signal, token=token)
+                    finally:
+                        source.close()
+                except anyio.WouldBlock:
+                    continue  # behind by a whole buffer: the updates already say "changed"
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
+                    return  # the server stopped
+                except AotuiError as exc:  # no actor took the stream: tried again
+                    print(f"aotui mcp: desktop signals: {exc.message}", file=sys.stderr)
+                    time.sleep(1.0)
+
+        threading.Thread(target=read, name="aotui-mcp-signals", daemon=True).start()
+        try:
+            async with receive:
+                async for _signal in receive:
+                    await self._updated()
+        finally:
+            stop.set()
+            for source in sources:  # its iterator ends (a fleet desktop's within a heartbeat)
+                with contextlib.suppress(AotuiError):
+                    source.close()
 
 
 def _version() -> str:
@@ -352,11 +418,17 @@ async def running(face: DesktopMcp) -> AsyncIterator[None]:
             face.close()
 
 
-async def serve_stdio(desktop: str, socket_dir: str | None, per_operation: bool = False) -> None:
-    """Serve one MCP session over stdin/stdout until the client closes it."""
+async def serve_stdio(
+    desktop: str,
+    socket_dir: str | None,
+    per_operation: bool = False,
+    connect: Callable[[], Client] | None = None,
+) -> None:
+    """Serve one MCP session over stdin/stdout until the client closes it (``connect``: see
+    :class:`DesktopMcp`)."""
     from mcp.server.stdio import stdio_server
 
-    face = DesktopMcp(desktop, socket_dir, per_operation)
+    face = DesktopMcp(desktop, socket_dir, per_operation, connect)
     # Copies of the descriptors: the SDK's wrappers close what they wrap, and the process's own
     # stdout must outlive them (the CLI flushes it on the way out).
     stdin = os.fdopen(os.dup(sys.stdin.fileno()), "r", encoding="utf-8", errors="replace")
