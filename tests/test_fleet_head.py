@@ -10,7 +10,9 @@ files in ``tmp_path``, killed when the test ends.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -38,6 +40,7 @@ from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip with
     FleetSettings,
     router_actor,
 )
+from aotui.supervisor.fleet.cli import HEALTH_CHECKS  # noqa: E402
 from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
 from tests.fleet_cluster import ray_cluster  # noqa: E402
 
@@ -193,6 +196,18 @@ def _aotui(env: dict[str, str], *words: str) -> subprocess.CompletedProcess[str]
     )
 
 
+def _gcs_config(ray_tmp: str) -> dict[str, object]:
+    """The system config the GCS server of the cluster under ``ray_tmp`` was started with."""
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            line = process.info["cmdline"] or []
+            if line and "gcs_server" in line[0] and any(ray_tmp in part for part in line):
+                listed = next(p for p in line if p.startswith("--config_list="))
+                found: dict[str, object] = json.loads(base64.b64decode(listed.split("=", 1)[1]))
+                return found
+    raise AssertionError(f"no gcs_server under {ray_tmp}")
+
+
 def test_fleet_up_local_turns_ray_s_token_on_and_only_its_user_s_clients_get_through(
     postgres_server: PrivatePostgres, tmp_path: Path
 ) -> None:
@@ -219,6 +234,9 @@ def test_fleet_up_local_turns_ray_s_token_on_and_only_its_user_s_clients_get_thr
         assert up.returncode == 0, up.stderr[-3000:]
         assert "Ray token authentication: on" in up.stdout, up.stdout
         address = up.stdout.split("fleet up on Ray at ")[1].split()[0]
+        # Its head notices a lost node after 3 missed health checks 1 s apart (the GCS's own
+        # config, as Ray hands it to the gcs_server process).
+        assert _gcs_config(ray_tmp) | HEALTH_CHECKS == _gcs_config(ray_tmp)
         token = Path(os.environ["AOTUI_HOME"]) / "fleet" / "auth_token"
         assert token.stat().st_mode & 0o777 == 0o600
         assert token.parent.stat().st_mode & 0o777 == 0o700

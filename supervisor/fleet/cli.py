@@ -23,7 +23,16 @@ from aotui.supervisor.fleet.auth import cluster_uses_token, make_token, ray_env,
 __all__ = ["FleetArgs", "format_fleet", "main", "on_fleet"]
 
 #: ``aotui fleet up --local``: the local cluster's head, small (it shares the machine).
-LOCAL_HEAD = ("--head", "--include-dashboard=false", "--disable-usage-stats")
+#: How a local head notices a lost node: 3 missed health checks 1 s apart (Ray's defaults, 5
+#: missed 3 s apart, leave a lost node's desktops unanswered for ~15 s before Ray even begins
+#: to restart them elsewhere).
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
+LOCAL_HEAD = (
+    "--head",
+    "--include-dashboard=false",
+    "--disable-usage-stats",
+    f"--system-config={json.dumps(HEALTH_CHECKS)}",
+)
 
 
 class FleetArgs(argparse.ArgumentParser):
