@@ -141,13 +141,17 @@ def add_node(cluster: Any) -> Any:
 
 def fleet_processes(runtime_base: str) -> dict[str, int]:
     """How many desktop supervisors (``up`` with their runtime under ``runtime_base``) and
-    desktop actors (Ray workers of ``DesktopActor``) run on this machine."""
+    desktop actors (Ray workers of ``DesktopActor`` started by a raylet of the cluster that
+    :func:`ray_cluster` runs: other clusters on the machine are not counted) run here."""
+    cluster = os.environ.get("RAY_TMPDIR", "")
     counts = {"supervisors": 0, "actors": 0}
     for process in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
             cmdline = process.info["cmdline"] or []
             if cmdline and cmdline[0].startswith("ray::DesktopActor"):
-                counts["actors"] += 1
+                parent = process.parent()
+                if parent is not None and any(cluster in part for part in parent.cmdline()):
+                    counts["actors"] += 1
             elif "up" in cmdline and any(runtime_base in part for part in cmdline):
                 counts["supervisors"] += 1
     return counts
