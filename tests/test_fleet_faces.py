@@ -92,6 +92,21 @@ def test_signals_come_after_a_change_by_another_session(fleet: Fleet) -> None:
         other.close()
 
 
+def test_a_stream_its_caller_ends_frees_the_actor_s_thread(fleet: Fleet) -> None:
+    """Each stream holds one of the actor's 16 call threads while it runs: more streams than
+    that, each ended by its caller (a timeout), leave the desktop answering."""
+    desktop = fleet.client.desktop("faces-streams")
+    try:
+        desktop.ping()
+        for _ in range(20):
+            assert list(desktop.signals(timeout_s=0.1)) == []
+        # A stream left running would hold a thread each: the 17th on would wait here.
+        actor = ray.get_actor(DESKTOP_PREFIX + "faces-streams", namespace=NAMESPACE)
+        assert ray.get(actor.info.remote(), timeout=10)["desktop"] == "faces-streams"
+    finally:
+        desktop.close()
+
+
 def test_signals_go_on_after_the_desktop_s_actor_restarts(fleet: Fleet) -> None:
     name = "faces-restart"
     desktop = fleet.client.desktop(name, failover_s=60)
