@@ -121,6 +121,30 @@ INSERT INTO aotui.apps SELECT me.name, rows.* FROM me, rows
 ON CONFLICT (desktop, app) DO UPDATE SET position = EXCLUDED.position, entry = EXCLUDED.entry,
     data = EXCLUDED.data, checksum = EXCLUDED.checksum
 """
+#: :data:`_WRITE_APPS` with a new command's id: written only if the id was not recorded yet,
+#: all in one statement (one round trip, committed alone); it answers whether it was.
+_WRITE_APPS_ONCE = """
+WITH me AS (SELECT %s::text AS name),
+cmd AS (
+    INSERT INTO aotui.commands SELECT name, %s, %s, %s FROM me
+    ON CONFLICT (desktop, id) DO NOTHING RETURNING 1),
+meta AS (
+    INSERT INTO aotui.meta SELECT name, unnest(%s::text[]), unnest(%s::text[]) FROM me
+    WHERE EXISTS (SELECT 1 FROM cmd)
+    ON CONFLICT (desktop, key) DO UPDATE SET value = EXCLUDED.value
+    WHERE aotui.meta.value IS DISTINCT FROM EXCLUDED.value),
+rows AS (
+    SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::bytea[], %s::text[])
+    AS r(app, position, entry, data, checksum) WHERE EXISTS (SELECT 1 FROM cmd)),
+gone AS (
+    DELETE FROM aotui.app_parts AS p USING me
+    WHERE p.desktop = me.name AND p.app IN (SELECT app FROM rows)),
+written AS (
+    INSERT INTO aotui.apps SELECT me.name, rows.* FROM me, rows
+    ON CONFLICT (desktop, app) DO UPDATE SET position = EXCLUDED.position, entry = EXCLUDED.entry,
+        data = EXCLUDED.data, checksum = EXCLUDED.checksum)
+SELECT count(*) FROM cmd
+"""
 _UPSERT_PART = (
     "INSERT INTO aotui.app_parts VALUES (%s, %s, %s, %s, %s) "
     "ON CONFLICT (desktop, app, part) DO UPDATE SET data = EXCLUDED.data, "
@@ -378,6 +402,8 @@ class PostgresStore:
         if positions is None:
             positions = {entry.app: i for i, entry in enumerate(state.apps)}
         rows = _app_rows([(positions.get(e.app, len(positions)), e) for e in entries])
+        if command is not None and not command.continues and not rows[1] and self._ready:
+            return self._write_apps_once(state, rows[0], command)
         # The usual acknowledgement is one statement: it commits alone, with no BEGIN and no
         # COMMIT to wait for (3 round trips to the server become 1).
         with self._transaction(single=command is None and not rows[1]) as db:
@@ -386,6 +412,35 @@ class PostgresStore:
                 return earlier
             self._write_apps(db, state, rows)
         return None
+
+    def _write_apps_once(
+        self, state: DesktopState, written: list[AppRow], command: Command
+    ) -> Command | None:
+        """A new command's first write (the usual acknowledgement of a client's command id):
+        its id and the rows in one statement, so one round trip as without an id."""
+        meta = meta_rows(state)
+        columns = [list(column) for column in zip(*written, strict=True)] or [[]] * 5
+        frame = codec.encode(AppState(request_id=0, data=command.reply))
+        with self._transaction(single=True) as db:
+            recorded = db.execute(
+                _WRITE_APPS_ONCE,
+                (self.desktop, command.id, frame, time.time(), list(meta), list(meta.values()),
+                 *columns),
+            ).fetchone()  # fmt: skip
+            if recorded is not None and recorded[0] == 1:
+                self._recorded += 1
+                if self._recorded % _PRUNE_EVERY == 0:
+                    db.execute(
+                        "DELETE FROM aotui.commands WHERE desktop = %s AND at < %s",
+                        (self.desktop, time.time() - REPLY_KEEP_S),
+                    )
+                return None
+            row = db.execute(
+                "SELECT reply FROM aotui.commands WHERE desktop = %s AND id = %s",
+                (self.desktop, command.id),
+            ).fetchone()
+        assert row is not None
+        return Command(command.id, _reply(row[0]))
 
     def save_parts(
         self,
