@@ -7,6 +7,7 @@ fleet on a private PostgreSQL (tests/stores.py) for the module; each test its ow
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -105,6 +106,40 @@ def test_a_stream_its_caller_ends_frees_the_actor_s_thread(fleet: Fleet) -> None
         assert ray.get(actor.info.remote(), timeout=10)["desktop"] == "faces-streams"
     finally:
         desktop.close()
+
+
+def test_streams_held_open_never_take_the_threads_calls_need(fleet: Fleet) -> None:
+    """16 streams opened at once (the actor's call threads are 16): 8 run, in their own
+    group, the others wait for it; the actor's calls still answer."""
+    name = "faces-many"
+    sessions = [fleet.client.desktop(name) for _ in range(16)]
+    caller = fleet.client.desktop(name)
+    caller.ping()
+    subscribed: list[float] = []
+
+    def hold(session: FleetDesktop) -> None:
+        with contextlib.suppress(Exception):  # closed under it at the end
+            stream = session.signals(timeout_s=6)
+            subscribed.append(time.monotonic())
+            list(stream)
+
+    holders = [threading.Thread(target=hold, args=(s,), daemon=True) for s in sessions]
+    try:
+        for holder in holders:
+            holder.start()
+        wait_for(lambda: len(subscribed) >= 8, timeout_s=30, what="8 streams subscribed")
+        time.sleep(1.0)  # time for more to subscribe, if the actor let them
+        assert len(subscribed) == 8, "streams past the group's 8 ran"
+        answered: list[str] = []
+        call = threading.Thread(target=lambda: answered.append(caller.snapshot()), daemon=True)
+        call.start()
+        call.join(timeout=3.0)  # the streams last 6 s of silence: a starved call waits longer
+        assert answered, "a call waited behind the signal streams"
+    finally:
+        for session in [*sessions, caller]:
+            session.close()
+        for holder in holders:
+            holder.join(timeout=30)
 
 
 def test_signals_go_on_after_the_desktop_s_actor_restarts(fleet: Fleet) -> None:

@@ -70,6 +70,8 @@ DESKTOP_PREFIX = "aotui-desktop:"
 CHANGING = frozenset({"execute", "say", "install", "uninstall", "import_state"})
 #: How often a signal stream looks for its desktop's supervisor while it is not running.
 _SIGNALS_IDLE_S = 0.05
+#: Signal streams a desktop's actor runs at once (each holds a thread while it runs).
+SIGNAL_STREAMS = 8
 #: Methods that only read: sent again when the supervisor died under them.
 READS = frozenset({"capabilities", "export_state", "ping", "snapshot", "status"})
 #: Methods a session may call (the public ones of :class:`Client` that need no local socket).
@@ -322,6 +324,7 @@ class DesktopActor:
             )
         )
 
+    @ray.method(concurrency_group="signals")
     def signals(self, beat_s: float = 1.0) -> Iterator[bytes | None]:
         """The desktop's signals, each as its wire frame (:mod:`protocol.codec`): a Ray
         streaming generator (``num_returns="streaming"``), for :meth:`FleetDesktop.signals
@@ -504,7 +507,11 @@ class Router:
 
 def desktop_actor(name: str, settings: FleetSettings) -> Any:
     """The detached named actor of desktop ``name``: the running one, or a new one."""
-    remote = ray.remote(DesktopActor)
+    # Signal streams run in threads of their own: however many a client opens, calls keep the
+    # 16 threads (a stream past SIGNAL_STREAMS waits for one to end). Ray takes the groups
+    # here only, not in options().
+    groups = {"signals": SIGNAL_STREAMS}  # (Ray's stubs do not list the keyword)
+    remote = ray.remote(concurrency_groups=groups)(DesktopActor)  # type: ignore[call-overload]
     return remote.options(
         name=DESKTOP_PREFIX + name,
         namespace=NAMESPACE,
