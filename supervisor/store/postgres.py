@@ -428,19 +428,9 @@ class PostgresStore:
                  *columns),
             ).fetchone()  # fmt: skip
             if recorded is not None and recorded[0] == 1:
-                self._recorded += 1
-                if self._recorded % _PRUNE_EVERY == 0:
-                    db.execute(
-                        "DELETE FROM aotui.commands WHERE desktop = %s AND at < %s",
-                        (self.desktop, time.time() - REPLY_KEEP_S),
-                    )
+                self._recorded_one(db)
                 return None
-            row = db.execute(
-                "SELECT reply FROM aotui.commands WHERE desktop = %s AND id = %s",
-                (self.desktop, command.id),
-            ).fetchone()
-        assert row is not None
-        return Command(command.id, _reply(row[0]))
+            return self._earlier(db, command.id)
 
     def save_parts(
         self,
@@ -551,19 +541,27 @@ class PostgresStore:
             (self.desktop, command.id, frame, now),
         ).fetchone()
         if inserted is None:
-            row = db.execute(
-                "SELECT reply FROM aotui.commands WHERE desktop = %s AND id = %s",
-                (self.desktop, command.id),
-            ).fetchone()
-            assert row is not None
-            return Command(command.id, _reply(row[0]))
+            return self._earlier(db, command.id)
+        self._recorded_one(db)
+        return None
+
+    def _earlier(self, db: psycopg.Connection[Any], command_id: str) -> Command:
+        """The command recorded under ``command_id`` (in this transaction: it is there)."""
+        row = db.execute(
+            "SELECT reply FROM aotui.commands WHERE desktop = %s AND id = %s",
+            (self.desktop, command_id),
+        ).fetchone()
+        assert row is not None
+        return Command(command_id, _reply(row[0]))
+
+    def _recorded_one(self, db: psycopg.Connection[Any]) -> None:
+        """A command was recorded: replies older than a day go, once every so many."""
         self._recorded += 1
         if self._recorded % _PRUNE_EVERY == 0:
             db.execute(
                 "DELETE FROM aotui.commands WHERE desktop = %s AND at < %s",
-                (self.desktop, now - REPLY_KEEP_S),
+                (self.desktop, time.time() - REPLY_KEEP_S),
             )
-        return None
 
     def _write_apps(
         self, db: psycopg.Connection[Any], state: DesktopState, rows: _Rows | None = None
