@@ -6,7 +6,8 @@ tests/fleet_cluster.py) and a private PostgreSQL server (tests/stores.py):
 - a node lost without a goodbye → each of its desktops answering again with its state, p50/p99
   (goals 5 s / 15 s);
 - a hibernated 10-app desktop resumed → its first snapshot, p50 (goal 1 s), with 10 and with
-  1,000 hibernated desktops' rows in the fleet's table;
+  1,000 hibernated desktops' rows (the fleet's table, and each one's store rows: apps, parts
+  and meta, copies of the measured desktop's);
 - one acknowledged store write, PostgreSQL vs SQLite, p50 (goal at most 3x).
 
 Run: ``.venv/bin/python bench/bench_fleet.py [rounds of node loss, default 3]``.
@@ -187,6 +188,28 @@ def bench_resume(
     return _pct(samples, 0.5)
 
 
+def _copy_desktop(url: str, name: str, copies: int) -> None:
+    """Desktop ``name``'s store rows (its apps, their parts, its meta) ``copies`` times over,
+    as ``held-0`` … : what hibernated desktops cost the store beside their registry rows."""
+    import psycopg
+
+    columns = {
+        "meta": "key, value",
+        "apps": "app, position, entry, data, checksum",
+        "app_parts": "app, part, data, checksum",
+    }
+    with psycopg.connect(url, autocommit=True) as db:
+        for table, kept in columns.items():
+            db.execute(
+                f"INSERT INTO aotui.{table} (desktop, {kept}) "
+                f"SELECT 'held-' || g, {kept} FROM aotui.{table}, generate_series(0, %s) g "
+                "WHERE desktop = %s",
+                (copies - 1, name),
+            )
+        held = db.execute("SELECT count(*) FROM aotui.apps WHERE desktop LIKE 'held-%%'")
+        print(f"store rows of {copies} hibernated desktops beside it: {held.fetchone()[0]} apps")
+
+
 def _exists(name: str) -> bool:
     try:
         ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
@@ -226,6 +249,7 @@ def run() -> dict[str, float]:
             for i in range(1000):
                 registry.record(f"held-{i}", "hibernated", "", time.time())
             registry.close()
+            _copy_desktop(url, "bench-resume", 1000)
             resume_1000 = bench_resume(fleet, ten)
             print(
                 f"resume of a hibernated 10-app desktop -> first snapshot: p50 {resume_10:.0f} ms "
