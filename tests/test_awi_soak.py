@@ -4,7 +4,9 @@ The same session as the hour-long bench (``nice .venv/bin/python bench/soak_awi.
 for ``AOTUI_AWI_SOAK_MINUTES`` (2 by default), on a real desktop with the bundled Browser and a
 loopback site: every reply checked, the Browser worker's restarts read from ``status``, the
 supervisor's and the Browser tree's RSS, descriptors and threads sampled; it fails on a crash, a
-wrong answer or an error, or growth over the second half past the bench's thresholds.
+wrong answer or an error, or growth over the second half past the bench's thresholds. A run this
+short judges the Browser tree's RSS only against ``TREE_FLOOR_MB`` (a gross leak): its renderer can
+grow for a whole minute before V8 collects, so the tree's slope is judged by the hour's run.
 """
 
 from __future__ import annotations
