@@ -872,6 +872,16 @@ class SnapshotParams(
     release: str | None = param("a previous snapshot id to release", faces=Face.CONTROL, flag="")
 
 
+def _command_id() -> Any:
+    """The ``command_id`` of a call that changes the desktop (supervisor/desktop/command_ids.py)."""
+    return param(
+        "an id of the caller's for this command, unique per desktop (1-200 characters): sent "
+        "again with the same id it runs at most once and gets its first reply",
+        faces=_CLIENTS,
+        flag="--command-id",
+    )
+
+
 class ExecParams(
     _Reader,
     _AsControl,
@@ -897,12 +907,7 @@ class ExecParams(
         faces=_CLIENTS,
         flag="--snapshot",
     )
-    command_id: str | None = param(
-        "an id of the caller's for this command, unique per desktop (1-200 characters): sent "
-        "again with the same id it runs at most once and gets its first reply",
-        faces=_CLIENTS,
-        flag="--command-id",
-    )
+    command_id: str | None = _command_id()
 
 
 class ExecuteParams(_Reader, _Peer, method="execute", result=ExecResult, mcp_tool="call_operation"):
@@ -925,12 +930,7 @@ class ExecuteParams(_Reader, _Peer, method="execute", result=ExecResult, mcp_too
         "the snapshot refs resolve against (default: the session's last pull)", faces=_CLIENTS
     )
     owner: str | None = param("who sends it (a name for logs; proves nothing)", faces=Face.CONTROL)
-    command_id: str | None = param(
-        "an id of the caller's for this command, unique per desktop (1-200 characters): sent "
-        "again with the same id it runs at most once and gets its first reply",
-        faces=_CLIENTS,
-        flag="--command-id",
-    )
+    command_id: str | None = _command_id()
 
     def command(self) -> dict[str, Any]:
         """The structured command these fields make (``Command.from_structured`` reads it)."""
@@ -1136,6 +1136,7 @@ class InstallParams(
     """Install the app directory at path."""
 
     path: str = param("the directory holding aoapp.json", required=True, max_length=4096, flag="")
+    command_id: str | None = _command_id()
 
 
 class UninstallParams(
@@ -1144,6 +1145,7 @@ class UninstallParams(
     """Stop and remove an app."""
 
     app: str = param("app_N or manifest id", required=True, flag="")
+    command_id: str | None = _command_id()
 
 
 class SayParams(Params, method="say", result=ExecResult, cli_command="say", faces=Face.CONTROL):
@@ -1151,6 +1153,7 @@ class SayParams(Params, method="say", result=ExecResult, cli_command="say", face
 
     text: str = param("the user's message", required=True, max_length=None, flag="")
     app: str | None = param("the app that takes it", default="system.chat")
+    command_id: str | None = _command_id()
 
 
 class ShutdownParams(Params, method="shutdown", result=PingResult, faces=Face.CONTROL):

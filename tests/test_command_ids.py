@@ -18,7 +18,7 @@ import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.interface.client import Client
-from tests.conftest import RunningDesktop
+from tests.conftest import TEST_APPS, RunningDesktop
 from tests.stores import StoreBackend
 
 pytestmark = pytest.mark.timeout(90)
@@ -201,3 +201,53 @@ def test_a_reply_too_large_to_keep_is_kept_without_its_results(
         query = "SELECT max(length(reply)) FROM commands WHERE {desktop}"
         longest = store_backend.sql(query, desktop="big")[0][0]
         assert 0 < longest < 64 << 10
+
+
+def _said(client: Client, text: str) -> int:
+    """How many of the chat's stored messages are ``text``."""
+    data = [app["data"] for app in client.export_state()["apps"] if app.get("data")]
+    return sum(1 for d in data for v in d.values() if isinstance(v, dict) and v.get("text") == text)
+
+
+def test_say_install_and_uninstall_with_an_id_run_once_across_a_kill_9(
+    start_desktop: Start, store_backend: StoreBackend
+) -> None:
+    """The other changes a client makes carry their id into the store too: a retry gets the
+    first reply (an install retried is not refused as already installed, a said message is not
+    said twice), in the same supervisor and in the next one after kill -9."""
+    settings = _store(store_backend)
+    desktop = start_desktop(["system/chat"], name="others", **settings)
+    client = desktop.client
+    said = client.say("only once", command_id="s-1")
+    assert client.say("only once", command_id="s-1") == said
+    assert _said(client, "only once") == 1
+    crashy = TEST_APPS / "crashy"
+    installed = client.install(crashy, command_id="i-1")
+    assert installed["app"] == "app_1"
+    assert client.install(crashy, command_id="i-1") == installed
+    with pytest.raises(AotuiError, match="already installed"):  # without the id: a new install
+        client.install(crashy)
+    _kill(desktop)  # the replies reached us; a client that lost them retries on the next one
+
+    again = start_desktop(["system/chat"], name="others", **settings)
+    client = again.client
+    assert client.say("only once", command_id="s-1") == said
+    assert client.install(crashy, command_id="i-1") == installed
+    assert _said(client, "only once") == 1
+    removed = client.uninstall("app_1", command_id="u-1")
+    assert removed == {"app": "app_1", "id": installed["id"]}
+    _kill(again)
+
+    third = start_desktop(["system/chat"], name="others", **settings)
+    client = third.client
+    assert client.uninstall("app_1", command_id="u-1") == removed  # not "no app_1"
+    assert "app_1" not in [app["app"] for app in client.status()["apps"]]
+    # The command line sends the id too: said once more by the new id, never by the old.
+    where = ["--desktop", third.name, "--socket", str(third.runtime)]
+    for command_id in ("s-1", "s-2", "s-2"):
+        subprocess.run(
+            [sys.executable, "-m", "aotui.supervisor", "say", "--command-id", command_id,
+             "only once", *where],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+    assert _said(client, "only once") == 2

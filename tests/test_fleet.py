@@ -27,7 +27,7 @@ import pytest
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.chaos.check import CheckName, Status, check_history, format_report
 from aotui.supervisor.chaos.history import load_history
-from tests.conftest import wait_for
+from tests.conftest import TEST_APPS, wait_for
 from tests.stores import PrivatePostgres
 from tests.test_durability import BUMP
 
@@ -177,13 +177,18 @@ def test_a_command_retried_with_its_id_runs_at_most_once(fleet: Fleet) -> None:
     again = desktop.invoke("execute", (bump,), command_id="cmd-1")
     assert first["results"] == again["results"] == [1]
     assert _bump(desktop) == 2  # the retry did not run
-    # A change other than an execute cut off by a lost node is recorded pending by the actor:
-    # its retry is not run, and says it may have taken effect.
+    # An import_state cut off by a lost node is recorded pending by the actor: its retry is
+    # not run, and says it may have taken effect.
     assert fleet.registry.begin("gamma", "cmd-2") is None
     with pytest.raises(AotuiError) as raised:
-        desktop.invoke("say", ("hello",), command_id="cmd-2")
+        desktop.invoke("import_state", ({"apps": []},), command_id="cmd-2")
     assert raised.value.code is ErrorCode.E_UNAVAILABLE
     assert raised.value.data["took_effect"] == "unknown"
+    # An install's id goes to the supervisor (not the actor's rows): a retry gets the first
+    # reply from its store, where a second install would be refused as already installed.
+    crashy = str(TEST_APPS / "crashy")
+    installed = desktop.invoke("install", (crashy,), command_id="cmd-i")
+    assert desktop.invoke("install", (crashy,), command_id="cmd-i") == installed
     # Its supervisor killed -9 alone: the actor starts it again at the next call, and an
     # execute's id is answered by the new supervisor from the store, with its first reply.
     third = desktop.invoke("execute", (bump,), command_id="cmd-3")

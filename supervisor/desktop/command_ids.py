@@ -1,12 +1,13 @@
 """A client's command id: a command retried with the same id runs at most once.
 
-A client may send ``exec`` or ``execute`` with a ``command_id`` of its own (unique per desktop,
-up to 200 characters). The desktop answers a retry of that id with the command's first reply and
-runs nothing again; a command it never recorded had no stored effect, and runs. What makes this
-true across a crash, a kill -9 or a node lost under a fleet desktop: in durability ``ack`` the
-id goes into the store **in the same transaction as the command's first effect**
-(:class:`~supervisor.store.base.Command`), and each later write of the same run records what the
-command has done so far beside its data. So after any loss the store holds one of:
+A client may send ``exec``, ``execute``, ``say``, ``install`` or ``uninstall`` with a
+``command_id`` of its own (unique per desktop, up to 200 characters). The desktop answers a
+retry of that id with the command's first reply and runs nothing again; a command it never
+recorded had no stored effect, and runs. What makes this true across a crash, a kill -9 or a
+node lost under a fleet desktop: in durability ``ack`` the id goes into the store **in the same
+transaction as the command's first effect** (:class:`~supervisor.store.base.Command`), and each
+later write of the same run records what the command has done so far beside its data.
+So after any loss the store holds one of:
 
 - no row for the id: nothing the command did was stored (its effects went with the process);
   a retry runs it;
@@ -14,6 +15,10 @@ command has done so far beside its data. So after any loss the store holds one o
   later ones none; a retry runs nothing and is told so (``E_UNAVAILABLE``, ``took_effect:
   "partly"``, with ``ran`` and the results);
 - its reply: a retry gets it again, an error reply raised again.
+
+``say``, ``install`` and ``uninstall`` are one change each, and their reply is known before the
+write that makes it (``say``'s is the chat app's answer, the others' the app's ids), so the write
+records their whole reply: a retry gets it, or (no row) they run.
 
 In durability ``batch`` and ``off`` effects are not written with their acknowledgement, so the
 ids are remembered in memory only (the last :data:`REMEMBERED` of this supervisor's life).
@@ -61,11 +66,18 @@ class CommandRun:
     results: list[Any] = field(default_factory=list)
     #: The result of the command running now, once its worker answered (stored with its effect).
     result: Any = None
-    #: The reply recorded with its last write (``None`` before its first).
-    recorded: dict[str, Any] | None = None
+    #: The reply recorded with its last write.
+    recorded: Any = None
+    #: Whether a write of this run has recorded it (``recorded`` may be ``None``, a reply).
+    wrote: bool = False
+    #: An ``exec``/``execute`` (its reply lists its commands' results); otherwise the reply is
+    #: :attr:`result`, set before the one write that makes the change.
+    message: bool = True
 
-    def so_far(self) -> dict[str, Any]:
+    def so_far(self) -> Any:
         """What the run has done, as of the write being made now."""
+        if not self.message:
+            return kept(self.result)
         ran = len(self.results) + 1
         reply: dict[str, Any] = {"ran": ran, "results": [*self.results, self.result]}
         if ran < self.total:
@@ -77,7 +89,7 @@ class CommandRun:
         """The command a write made now records (``None`` from another task)."""
         if asyncio.current_task() is not self.task:
             return None
-        return Command(self.id, self.so_far(), continues=self.recorded is not None)
+        return Command(self.id, self.so_far(), continues=self.wrote)
 
 
 #: The command with an id the current task runs, if any.
@@ -136,9 +148,14 @@ class CommandIds:
         self._running: dict[str, asyncio.Future[Any]] = {}
 
     async def run(
-        self, command_id: str | None, total: int, work: Callable[[], Awaitable[Any]]
+        self,
+        command_id: str | None,
+        total: int,
+        work: Callable[[], Awaitable[Any]],
+        message: bool = True,
     ) -> Any:
-        """``work()``'s reply, or with ``command_id`` the first reply recorded under it."""
+        """``work()``'s reply, or with ``command_id`` the first reply recorded under it.
+        ``message``: see :attr:`CommandRun.message`."""
         if command_id is None:
             return await work()
         Command(command_id, None)  # E_INVALID_CMD for an id no store can record
@@ -150,7 +167,7 @@ class CommandIds:
             return _replayed(command_id, recorded.reply)
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._running[command_id] = done
-        run = CommandRun(command_id, total, asyncio.current_task())
+        run = CommandRun(command_id, total, asyncio.current_task(), message=message)
         token = RUNNING.set(run)
         final: Any = _error_reply(
             AotuiError(ErrorCode.E_UNAVAILABLE, "the first try of this command ended unanswered")
@@ -159,15 +176,14 @@ class CommandIds:
             final = await work()
         except AotuiError as exc:
             final = _error_reply(exc)
-            if run.recorded is not None:  # it took some effect: the error is its reply
+            if run.wrote:  # it took some effect: the error is its reply
                 await self.persistence.record_reply(
                     Command(command_id, kept(final), continues=True)
                 )
             raise
         else:
-            if kept(final) != run.recorded:
-                continues = run.recorded is not None
-                await self.persistence.record_reply(Command(command_id, kept(final), continues))
+            if not run.wrote or kept(final) != run.recorded:
+                await self.persistence.record_reply(Command(command_id, kept(final), run.wrote))
             return final
         finally:
             RUNNING.reset(token)

@@ -60,7 +60,12 @@ from aotui.supervisor.workers.exits import ExitReason
 from aotui.supervisor.workers.restart import RestartTracker
 from aotui.supervisor.workers.runner import AppRunner
 
-__all__ = ["Desktop"]
+__all__ = ["Desktop", "uninstalled"]
+
+
+def uninstalled(app: AppRecord) -> dict[str, Any]:
+    """``uninstall``'s reply for ``app`` (stored with its removal under a command id)."""
+    return {"app": app.app_id, "id": app.manifest.id}
 
 
 class Desktop:
@@ -279,9 +284,16 @@ class Desktop:
         app = self.app(ref)
         if app.manifest.system:
             raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is a system app")
-        await self.close_app(app)
+        run = RUNNING.get()
+        closing = RUNNING.set(None)  # a command id is stored with the removal, not the close
+        try:
+            await self.close_app(app)
+        finally:
+            RUNNING.reset(closing)
         self.apps.remove(app)
         self.log(f"Uninstalled {app.name} ({app.manifest.id}).")
+        if run is not None:
+            run.result = uninstalled(app)
         await self.persistence.forget(app)
         return app
 

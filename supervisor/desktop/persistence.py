@@ -288,7 +288,7 @@ class Acknowledged(Persistence):
             )
         run = RUNNING.get()
         if command is not None and run is not None:
-            run.recorded = command.reply
+            run.recorded, run.wrote = command.reply, True
 
     async def reply_to(self, command_id: str) -> Command | None:
         if not self.RECORDS_COMMANDS:

@@ -7,9 +7,9 @@ PostgreSQL store, so a restart on any node loads the state the last one acknowle
 in as ``(session, method, args)``: each session (one :class:`~aotui.supervisor.fleet.client.
 FleetDesktop`) has its own :class:`~aotui.supervisor.interface.client.Client`, so snapshot ids
 and the input lease stay per session as on one machine. A call carrying a command id goes
-runs at most once: an ``execute`` by the supervisor itself (the id is stored with the command's
-effect, desktop/command_ids.py), the other changing calls through the registry's
-``fleet_commands``.
+runs at most once: an ``execute``, ``say``, ``install`` or ``uninstall`` by the supervisor itself
+(the id is stored with the command's effect, desktop/command_ids.py), an ``import_state`` through
+the registry's ``fleet_commands``.
 
 Idle past ``idle_s``, the desktop hibernates: its supervisor stops (its state is in the store)
 and the actor waits; the next call starts it again. The supervisor dies with the actor's process
@@ -113,10 +113,17 @@ class FleetSettings:
     memory: int = 256 << 20
 
 
+#: The supervisor's methods that take a command id and store it with their effect
+#: (desktop/command_ids.py), and the :class:`Client` methods that send them.
+DEDUPED = frozenset({"exec", "execute", "say", "install", "uninstall"})
+
+
 def supervisor_dedupes(method: str, args: tuple[Any, ...]) -> bool:
-    """Whether a call's command id goes to the supervisor (``exec``/``execute``, also as
+    """Whether a call's command id goes to the supervisor (:data:`DEDUPED`, also as
     ``Client.call``'s method), which stores it with the command's effect."""
-    return method == "execute" or (method == "call" and args[:1] in (("exec",), ("execute",)))
+    if method == "call":
+        return bool(args) and args[0] in DEDUPED
+    return method in DEDUPED
 
 
 def encode_reply(value: Any) -> Any:
@@ -264,9 +271,9 @@ class DesktopActor:
             self._in_flight += 1  # not hibernated nor released while it runs
             self.last_use = time.time()
         try:
-            # An execute's id goes to the supervisor, which stores it with the command's effect
-            # (desktop/command_ids.py): its retry is answered from there, whatever was lost.
-            # The other changing calls are recorded here, around the call.
+            # An execute's (a say's, an install's) id goes to the supervisor, which stores it
+            # with the command's effect (desktop/command_ids.py): its retry is answered from
+            # there, whatever was lost. import_state is recorded here, around the call.
             registered = None if supervisor_dedupes(method, args) else command_id
             if registered is None and command_id is not None:
                 kwargs = {"command_id": command_id, **kwargs}  # the caller's own id first

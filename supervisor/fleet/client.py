@@ -10,10 +10,11 @@ Client` (the ones a remote desktop can serve): each is forwarded to the desktop'
 calls it on a ``Client`` of its own for this session. A call that changes the desktop carries a
 fresh command id; when the desktop's node is lost while it runs, the call is sent again with the
 same id once the actor answers on another node, and it runs at most once: an ``exec``/``execute``
-because the supervisor stores its id with its effect (it answers the retry with the first reply,
-runs a command whose effect was never stored, and says which commands of a message cut off
-half-way took effect: docs/durability.md), the other changes by the fleet's ``fleet_commands``
-rows (one cut off answers ``E_UNAVAILABLE`` with ``took_effect: "unknown"``). Calls that only
+(a ``say``, an ``install``, an ``uninstall``) because the supervisor stores its id with its effect
+(it answers the retry with the first reply, runs a command whose effect was never stored, and
+says which commands of a message cut off half-way took effect: docs/durability.md), an
+``import_state`` by the fleet's ``fleet_commands`` rows (one cut off answers ``E_UNAVAILABLE``
+with ``took_effect: "unknown"``). Calls that only
 read are simply sent again.
 """
 

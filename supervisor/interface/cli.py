@@ -417,7 +417,7 @@ def _wait_exit(pid: int, timeout_s: float) -> None:
 def cmd_install(args: argparse.Namespace) -> int:
     """Install an app directory; prints the new app_N."""
     with _client(args) as client:
-        result = client.install(args.app_dir)
+        result = client.install(args.app_dir, args.command_id)
     _emit(args, result, result["app"])
     return 0
 
@@ -425,7 +425,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 def cmd_uninstall(args: argparse.Namespace) -> int:
     """Stop and remove an app."""
     with _client(args) as client:
-        result = client.uninstall(args.app)
+        result = client.uninstall(args.app, args.command_id)
     _done(args, result, f"uninstalled {result['app']} ({result['id']})")
     return 0
 
@@ -681,7 +681,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_say(args: argparse.Namespace) -> int:
     """Post a user message into the chat app."""
     with _client(args) as client:
-        result = client.say(args.text, args.app)
+        result = client.say(args.text, args.app, args.command_id)
     _done(args, {"result": result}, "sent")
     return 0
 

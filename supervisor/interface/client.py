@@ -441,21 +441,25 @@ class Client:
         result: api.StatusResult = self.request(api.StatusParams())
         return result
 
-    def install(self, app_dir: str | Path) -> api.InstallResult:
-        """Install an app directory; its ``app`` is the new ``app_N``."""
-        result: api.InstallResult = self.request(
-            api.InstallParams(path=str(Path(app_dir).resolve()))
-        )
+    def install(self, app_dir: str | Path, command_id: str | None = None) -> api.InstallResult:
+        """Install an app directory; its ``app`` is the new ``app_N``. ``command_id``: as
+        :meth:`execute`'s (a retry installs nothing again and gets the first reply)."""
+        params = api.InstallParams(path=str(Path(app_dir).resolve()), command_id=command_id)
+        result: api.InstallResult = self.request(params)
         return result
 
-    def uninstall(self, app: str) -> api.InstallResult:
-        """Stop and remove an app."""
-        result: api.InstallResult = self.request(api.UninstallParams(app=app))
+    def uninstall(self, app: str, command_id: str | None = None) -> api.InstallResult:
+        """Stop and remove an app. ``command_id``: as :meth:`execute`'s."""
+        params = api.UninstallParams(app=app, command_id=command_id)
+        result: api.InstallResult = self.request(params)
         return result
 
-    def say(self, text: str, app: str = "system.chat") -> Any:
-        """Post a user message (the ``user_message`` event) into an app, the chat by default."""
-        return self.call("say", text=text, app=app)
+    def say(self, text: str, app: str = "system.chat", command_id: str | None = None) -> Any:
+        """Post a user message (the ``user_message`` event) into an app, the chat by default.
+        ``command_id``: as :meth:`execute`'s (a retry posts nothing again)."""
+        if command_id is None:
+            return self.call("say", text=text, app=app)
+        return self.call("say", text=text, app=app, command_id=command_id)
 
     def shutdown(self) -> None:
         """Stop the desktop and every process it started."""

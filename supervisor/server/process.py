@@ -39,7 +39,7 @@ from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
 from aotui.supervisor.desktop.command_ids import RUNNING
 from aotui.supervisor.desktop.confirmations import AwaitingUser, Outcome, Verdict
-from aotui.supervisor.desktop.desktop import Desktop
+from aotui.supervisor.desktop.desktop import Desktop, uninstalled
 from aotui.supervisor.desktop.snapshot import RefTable
 from aotui.supervisor.desktop.snapshot_pull import PullOptions
 from aotui.supervisor.instrument import INSTRUMENTED, Instrument
@@ -664,30 +664,53 @@ class Supervisor:
         }
 
     async def install(self, call: api.InstallParams) -> dict[str, Any]:
-        """Install the app directory at ``path``."""
-        app = self.desktop.install(call.path)
-        await self.desktop.persist(app)
-        self.changed(SignalReason.DOM_MUTATION, app.app_id)
-        return {"app": app.app_id, "id": app.manifest.id, "name": app.name}
+        """Install the app directory at ``path`` (at most once per ``command_id``)."""
+
+        async def install() -> dict[str, Any]:
+            app = self.desktop.install(call.path)
+            reply = {"app": app.app_id, "id": app.manifest.id, "name": app.name}
+            run = RUNNING.get()
+            if run is not None:  # stored with the app's row: a retry is answered from it
+                run.result = reply
+            await self.desktop.persist(app)
+            self.changed(SignalReason.DOM_MUTATION, app.app_id)
+            return reply
+
+        reply: dict[str, Any] = await self.desktop.command_ids.run(
+            call.command_id, 1, install, message=False
+        )
+        return reply
 
     async def uninstall(self, call: api.UninstallParams) -> dict[str, Any]:
-        """Stop and remove an app."""
-        app = await self.desktop.uninstall(call.app)
-        self.changed(SignalReason.APP_CLOSED, app.app_id)
-        return {"app": app.app_id, "id": app.manifest.id}
+        """Stop and remove an app (at most once per ``command_id``)."""
+
+        async def uninstall() -> dict[str, Any]:
+            app = await self.desktop.uninstall(call.app)
+            self.changed(SignalReason.APP_CLOSED, app.app_id)
+            return uninstalled(app)
+
+        reply: dict[str, Any] = await self.desktop.command_ids.run(
+            call.command_id, 1, uninstall, message=False
+        )
+        return reply
 
     async def say(self, call: api.SayParams) -> Any:
-        """The user's side of the chat: post ``text`` into ``system.chat``."""
+        """The user's side of the chat: post ``text`` into ``system.chat`` (at most once per
+        ``command_id``: the chat's answer is stored with its data)."""
         text = call.text
-        self.desktop.require_writable()
-        app = self.desktop.app(call.app or "system.chat")
-        app.require_live()
-        # Stored before the reply, and no effect on an error (as an execute).
-        return await self.desktop.deliver(
-            app,
-            lambda rid: Operation(rid, "", "user_message", {"text": text}, {}, 5000),
-            "user_message",
-        )
+
+        async def say() -> Any:
+            self.desktop.require_writable()
+            app = self.desktop.app(call.app or "system.chat")
+            app.require_live()
+            # Stored before the reply, and no effect on an error (as an execute).
+            return await self.desktop.deliver(
+                app,
+                lambda rid: Operation(rid, "", "user_message", {"text": text}, {}, 5000),
+                "user_message",
+            )
+
+        return await self.desktop.command_ids.run(call.command_id, 1, say, message=False)
 
     async def shutdown(self, call: api.ShutdownParams) -> dict[str, Any]:
         """Stop the desktop after answering."""
