@@ -15,6 +15,7 @@ Run: ``.venv/bin/python bench/bench_fleet.py [rounds of node loss, default 3]``.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import threading
@@ -218,8 +219,8 @@ def _exists(name: str) -> bool:
     return True
 
 
-def run() -> dict[str, float]:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 and __name__ == "__main__" else 3
+def run(rounds: int = 3) -> dict[str, float]:
+    """Every figure (``rounds`` rounds of node loss), printed as it is measured."""
     figures: dict[str, float] = {}
     with _postgres() as url:
         if url is None:
@@ -261,5 +262,19 @@ def run() -> dict[str, float]:
     return figures
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="The fleet's figures (issue 25) on a Ray cluster and a PostgreSQL server "
+        "started on this machine; a few minutes.",
+    )
+    parser.add_argument(
+        "rounds", nargs="?", type=int, default=3, help="rounds of node loss (default 3)"
+    )
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"rounds must be at least 1, not {args.rounds}")
+    run(args.rounds)
+
+
 if __name__ == "__main__":
-    run()
+    main()

@@ -17,6 +17,7 @@ Run: ``python -m bench.bench_hostile`` (or ``python -m bench``).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.server
 import os
@@ -441,4 +442,11 @@ def run(only: str = "") -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    run(sys.argv[1] if len(sys.argv) > 1 else "")
+    parser = argparse.ArgumentParser(
+        description="Each hostile app beside a victim desktop: its latency, the supervisor's "
+        "memory, whether the attack was contained.",
+    )
+    parser.add_argument(
+        "only", nargs="?", default="", help="run only the attacks whose name contains this"
+    )
+    run(parser.parse_args().only)

@@ -7,6 +7,7 @@ Run: ``.venv/bin/python bench/bench_store.py [soak seconds, default 60]``.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -214,17 +215,20 @@ def bench_soak(seconds: float = 60.0) -> dict[str, float]:
     }
 
 
-def run() -> dict[str, float]:
-    """Every durability figure."""
+def run(seconds: float = 60.0) -> dict[str, float]:
+    """Every durability figure (the soak for ``seconds``)."""
     figures: dict[str, float] = {}
     with _postgres() as url:
         figures.update(bench_store_writes(url))
         figures.update(bench_ack_latency(url=url))
     figures.update(bench_supervisor_crash())
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 and __name__ == "__main__" else 60.0
     figures.update(bench_soak(seconds))
     return figures
 
 
 if __name__ == "__main__":
-    run()
+    parser = argparse.ArgumentParser(description="The durability figures (stores, acks, crashes).")
+    parser.add_argument(
+        "seconds", nargs="?", type=float, default=60.0, help="the soak's length (default 60)"
+    )
+    run(parser.parse_args().seconds)

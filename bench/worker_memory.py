@@ -12,6 +12,7 @@ Run: ``.venv/bin/python -m bench.worker_memory [N]`` (default 10 apps).
 
 from __future__ import annotations
 
+import argparse
 import collections
 import os
 import re
@@ -116,4 +117,8 @@ def main(apps: int = 10) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 10)
+    parser = argparse.ArgumentParser(
+        description="Where a worker's USS lies, per mapping (run as root).",
+    )
+    parser.add_argument("apps", nargs="?", type=int, default=10, help="list apps (default 10)")
+    main(parser.parse_args().apps)
