@@ -251,3 +251,37 @@ def test_say_install_and_uninstall_with_an_id_run_once_across_a_kill_9(
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
     assert _said(client, "only once") == 2
+
+
+def test_an_import_with_an_id_runs_once_and_one_undone_is_answered_its_error(
+    start_desktop: Start, store_backend: StoreBackend
+) -> None:
+    """An import's id is stored with its one write of the apps' data: retried (after kill -9
+    too) it is answered and not run again, so a change made since stays; an import undone (an
+    app would not start from its data) is answered its error again, and undoes nothing more."""
+    settings = _store(store_backend)
+    desktop = start_desktop(["echo"], name="imports", **settings)
+    client = desktop.client
+    client.execute("<context>open --application app_0</context>")
+    client.execute(BUMP)
+    state = client.export_state()  # the count is 1
+    imported = client.import_state(state, command_id="imp-1")
+    assert imported == {"imported": ["app_0"], "skipped": []}
+    client.execute(BUMP)
+    assert client.import_state(state, command_id="imp-1") == imported
+    assert _count(client) == 2, "the retry took the count back"
+    _kill(desktop)
+
+    again = start_desktop(["echo"], name="imports", **settings)
+    client = again.client
+    assert client.import_state(state, command_id="imp-1") == imported
+    assert _count(client) == 2
+    broken = {**state, "apps": [{**state["apps"][0], "data": {"no_count": 1}}]}
+    with pytest.raises(AotuiError) as first:
+        client.import_state(broken, command_id="imp-2")
+    assert first.value.message.startswith("the import was undone")
+    with pytest.raises(AotuiError) as retried:
+        client.import_state(broken, command_id="imp-2")
+    assert (retried.value.code, retried.value.message) == (first.value.code, first.value.message)
+    assert retried.value.data["replayed"] is True
+    assert _count(client) == 2

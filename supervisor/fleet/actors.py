@@ -6,10 +6,8 @@ by Ray) that owns one supervisor on its node, started as ``aotui up`` starts one
 PostgreSQL store, so a restart on any node loads the state the last one acknowledged. Calls come
 in as ``(session, method, args)``: each session (one :class:`~aotui.supervisor.fleet.client.
 FleetDesktop`) has its own :class:`~aotui.supervisor.interface.client.Client`, so snapshot ids
-and the input lease stay per session as on one machine. A call carrying a command id goes
-runs at most once: an ``execute``, ``say``, ``install`` or ``uninstall`` by the supervisor itself
-(the id is stored with the command's effect, desktop/command_ids.py), an ``import_state`` through
-the registry's ``fleet_commands``.
+and the input lease stay per session as on one machine. A call carrying a command id runs at
+most once: the supervisor stores the id with the command's effect (desktop/command_ids.py).
 
 Idle past ``idle_s``, the desktop hibernates: its supervisor stops (its state is in the store)
 and the actor waits; the next call starts it again. The supervisor dies with the actor's process
@@ -57,7 +55,7 @@ __all__ = [
     "Router",
     "decode_reply",
     "encode_reply",
-    "supervisor_dedupes",
+    "takes_command_id",
 ]
 
 #: The Ray namespace every fleet actor lives in.
@@ -66,8 +64,11 @@ NAMESPACE = "aotui"
 ROUTER = "aotui-fleet-router"
 #: A desktop's actor name is this and its desktop name.
 DESKTOP_PREFIX = "aotui-desktop:"
-#: Methods of :class:`Client` that change the desktop: each call gets a command id.
+#: Methods of :class:`Client` that change the desktop: each call gets a command id, which the
+#: supervisor stores with the change's effect (desktop/command_ids.py).
 CHANGING = frozenset({"execute", "say", "install", "uninstall", "import_state"})
+#: The same, as the supervisor's methods (``Client.call``'s first argument).
+_CHANGING_CALLS = frozenset({"exec", "execute", "say", "install", "uninstall", "import"})
 #: How often a signal stream looks for its desktop's supervisor while it is not running.
 _SIGNALS_IDLE_S = 0.05
 #: Signal streams a desktop's actor runs at once (each holds a thread while it runs).
@@ -113,17 +114,13 @@ class FleetSettings:
     memory: int = 256 << 20
 
 
-#: The supervisor's methods that take a command id and store it with their effect
-#: (desktop/command_ids.py), and the :class:`Client` methods that send them.
-DEDUPED = frozenset({"exec", "execute", "say", "install", "uninstall"})
-
-
-def supervisor_dedupes(method: str, args: tuple[Any, ...]) -> bool:
-    """Whether a call's command id goes to the supervisor (:data:`DEDUPED`, also as
-    ``Client.call``'s method), which stores it with the command's effect."""
+def takes_command_id(method: str, args: tuple[Any, ...]) -> bool:
+    """Whether a call changes the desktop (:data:`CHANGING`, or ``Client.call`` of one of the
+    supervisor's changes): its command id goes to the supervisor, which stores it with the
+    change's effect."""
     if method == "call":
-        return bool(args) and args[0] in DEDUPED
-    return method in DEDUPED
+        return bool(args) and args[0] in _CHANGING_CALLS
+    return method in CHANGING
 
 
 def encode_reply(value: Any) -> Any:
@@ -271,19 +268,13 @@ class DesktopActor:
             self._in_flight += 1  # not hibernated nor released while it runs
             self.last_use = time.time()
         try:
-            # An execute's (a say's, an install's) id goes to the supervisor, which stores it
-            # with the command's effect (desktop/command_ids.py): its retry is answered from
-            # there, whatever was lost. import_state is recorded here, around the call.
-            registered = None if supervisor_dedupes(method, args) else command_id
-            if registered is None and command_id is not None:
+            # A change's id goes to the supervisor, which stores it with the change's effect
+            # (desktop/command_ids.py): its retry is answered from there, whatever was lost.
+            if command_id is not None and takes_command_id(method, args):
                 kwargs = {"command_id": command_id, **kwargs}  # the caller's own id first
-            if registered is not None:
-                earlier = self.registry.begin(self.name, registered)
-                if earlier is not None:
-                    return self._earlier(registered, *earlier)
             # Sent again once if the supervisor died under it (the next try starts it again):
-            # a read, or a command whose id the supervisor answers from its store.
-            again = method in READS or (registered is None and "command_id" in kwargs)
+            # a read, or a change whose id the supervisor answers from its store.
+            again = method in READS or "command_id" in kwargs
             while True:
                 try:
                     client, turn = self._session(session)
@@ -295,8 +286,6 @@ class DesktopActor:
                         continue
                     reply = _error_reply(exc)
                 break
-            if registered is not None:
-                self.registry.finish(self.name, registered, reply)
             return reply
         finally:
             with self._lock:
@@ -317,19 +306,6 @@ class DesktopActor:
                 client = self._sessions[session] = self._desktop.client()
                 self._turns[session] = threading.Lock()
             return client, self._turns[session]
-
-    def _earlier(self, command_id: str, state: str, reply: Any) -> Any:
-        if state == "done":
-            return reply
-        return _error_reply(
-            AotuiError(
-                ErrorCode.E_UNAVAILABLE,
-                f"command {command_id!r} was cut off on desktop {self.name!r} (its node or "
-                "process was lost while it ran): it may or may not have taken effect, and it "
-                "is not run again. Read a snapshot to see, then send a new command.",
-                {"took_effect": "unknown", "command_id": command_id},
-            )
-        )
 
     @ray.method(concurrency_group="signals")
     def signals(self, beat_s: float = 1.0) -> Iterator[bytes | None]:

@@ -9,13 +9,10 @@ A :class:`FleetDesktop` has the typed methods of :class:`~aotui.supervisor.inter
 Client` (the ones a remote desktop can serve): each is forwarded to the desktop's actor, which
 calls it on a ``Client`` of its own for this session. A call that changes the desktop carries a
 fresh command id; when the desktop's node is lost while it runs, the call is sent again with the
-same id once the actor answers on another node, and it runs at most once: an ``exec``/``execute``
-(a ``say``, an ``install``, an ``uninstall``) because the supervisor stores its id with its effect
-(it answers the retry with the first reply, runs a command whose effect was never stored, and
-says which commands of a message cut off half-way took effect: docs/durability.md), an
-``import_state`` by the fleet's ``fleet_commands`` rows (one cut off answers ``E_UNAVAILABLE``
-with ``took_effect: "unknown"``). Calls that only
-read are simply sent again.
+same id once the actor answers on another node, and it runs at most once because the supervisor
+stores its id with its effect: it answers the retry with the first reply, runs a command whose
+effect was never stored, and says which commands of a message cut off half-way took effect
+(docs/durability.md). Calls that only read are simply sent again.
 """
 
 from __future__ import annotations
@@ -33,14 +30,13 @@ from aotui.protocol import codec
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.protocol.messages import Signal
 from aotui.supervisor.fleet.actors import (
-    CHANGING,
     DESKTOP_PREFIX,
     FORWARDED,
     MOVED,
     NAMESPACE,
     ROUTER,
     decode_reply,
-    supervisor_dedupes,
+    takes_command_id,
 )
 from aotui.supervisor.fleet.auth import refused_by_token, token_refused, use_token
 
@@ -163,7 +159,7 @@ class FleetDesktop(_Typed):
         command_id: str | None = None,
     ) -> Any:
         """Call ``method`` on the desktop; see the module's doc for what a lost node does."""
-        if command_id is None and (method in CHANGING or supervisor_dedupes(method, args)):
+        if command_id is None and takes_command_id(method, args):
             command_id = uuid.uuid4().hex
         deadline = time.monotonic() + self.failover_s
         while True:

@@ -397,11 +397,13 @@ class Client:
             ) from None
         return result
 
-    def import_state(self, state: dict[str, Any]) -> dict[str, Any]:
+    def import_state(self, state: dict[str, Any], command_id: str | None = None) -> dict[str, Any]:
         """Give the installed apps named in ``state`` its data (running ones restart from it).
 
         The state goes in chunks; the desktop changes nothing until it has the last one (and
-        checks it all again). What it could not take is refused here first, naming its path."""
+        checks it all again). What it could not take is refused here first, naming its path.
+        ``command_id``: as :meth:`execute`'s, sent with the last chunk (a retry sends the state
+        again and is answered the first import's reply, importing nothing again)."""
         import msgpack
 
         from aotui.supervisor.interface.plain_data import state_fault
@@ -417,15 +419,18 @@ class Client:
         offset = 0
         while True:
             chunk = blob[offset : offset + step]
-            result: dict[str, Any] = self.call(
-                "import",
-                chunk=chunk,
-                offset=offset,
-                total_bytes=len(blob),
-                import_id=import_id,
-                client=self._transfer_client,
-                token=self.lease_token,
-            )
+            last = offset + len(chunk) >= len(blob)
+            params: dict[str, Any] = {
+                "chunk": chunk,
+                "offset": offset,
+                "total_bytes": len(blob),
+                "import_id": import_id,
+                "client": self._transfer_client,
+                "token": self.lease_token,
+            }
+            if last and command_id is not None:
+                params["command_id"] = command_id
+            result: dict[str, Any] = self.call("import", **params)
             offset += len(chunk)
             if offset >= len(blob):
                 return result

@@ -35,8 +35,9 @@ import msgpack
 
 from aotui.protocol import codec
 from aotui.protocol.api import ExportParams, ImportParams
-from aotui.protocol.errors import AotuiError, ErrorCode
+from aotui.protocol.errors import AotuiError, ErrorCode, Outcome
 from aotui.supervisor.desktop.app_record import AppStatus
+from aotui.supervisor.desktop.command_ids import RUNNING
 from aotui.supervisor.interface.plain_data import data_fault, state_fault
 from aotui.supervisor.interface.transfer_cache import TransferCache, TransferKind, TransferLimits
 from aotui.supervisor.store.budget import MAX_APP_DATA_BYTES
@@ -132,8 +133,9 @@ class StateTransfer:
         params = call.wire()
         token = params.get("token")
         self.supervisor.lease.check(token if isinstance(token, str) else None)
+        command_id = params.get("command_id")
         if "chunk" not in params:
-            return await self._apply(params.get("state"))
+            return await self._applied(command_id, params.get("state"))
         chunk = params["chunk"]
         if not isinstance(chunk, bytes):
             raise AotuiError(
@@ -162,7 +164,16 @@ class StateTransfer:
             return {"import_id": import_id, "received": len(transfer.data)}
         self.transfers.drop(import_id)
         raw = await asyncio.to_thread(unpack_state, bytes(transfer.data))
-        return await self._apply(raw)
+        return await self._applied(command_id, raw)
+
+    async def _applied(self, command_id: str | None, raw: Any) -> dict[str, Any]:
+        """:meth:`_apply`, at most once per ``command_id`` (desktop/command_ids.py: the one
+        write of the new data records the reply; a retry gets it, or runs)."""
+        ids = self.supervisor.desktop.command_ids
+        reply: dict[str, Any] = await ids.run(
+            command_id, 1, lambda: self._apply(raw), message=False
+        )
+        return reply
 
     def _declared_total(self, params: dict[str, Any]) -> int:
         total = params.get("total_bytes")
@@ -199,14 +210,14 @@ class StateTransfer:
             self.supervisor.app_locks.setdefault(app.app_id, asyncio.Lock())
             for app in sorted((app for app, _ in chosen), key=_order)
         ]
+        imported = [app.app_id for app, _ in chosen]
         for lock in locks:
             await lock.acquire()
         try:
-            await self._replace(chosen)
+            await self._replace(chosen, {"imported": imported, "skipped": skipped})
         finally:
             for lock in locks:
                 lock.release()
-        imported = [app.app_id for app, _ in chosen]
         desktop.log(
             f"Imported the data of {len(imported)} app(s)"
             + (f"; not installed here, skipped: {', '.join(skipped)}" if skipped else "")
@@ -232,24 +243,36 @@ class StateTransfer:
                 chosen[app.app_id] = (app, entry.data)
         return list(chosen.values()), skipped
 
-    async def _replace(self, chosen: list[tuple[AppRecord, Any]]) -> None:
+    async def _replace(self, chosen: list[tuple[AppRecord, Any]], reply: dict[str, Any]) -> None:
         """Close the live ones of ``chosen``, store their new data in one write, open them again;
-        on any failure, undo it all (:meth:`_undo`) and re-raise, saying it was undone."""
+        on any failure, undo it all (:meth:`_undo`) and re-raise, saying it was undone.
+
+        Under a command id, the one write of the new data records ``reply``; the closing writes
+        nothing under it, and the undo's write records that the import was undone."""
         desktop = self.supervisor.desktop
         apps = [app for app, _ in chosen]
         before = {entry.app: entry for entry in desktop.serialize().apps}
         live = {app.app_id: app.status for app in apps if app.is_live}
+        run = RUNNING.get()
         try:
-            for app in apps:
-                if app.app_id in live:
-                    await desktop.runner.close(app)
+            closing = RUNNING.set(None)
+            try:
+                for app in apps:
+                    if app.app_id in live:
+                        await desktop.runner.close(app)
+            finally:
+                RUNNING.reset(closing)
             for app, data in chosen:
                 app.adopt_state(data)
+            if run is not None:
+                run.result = reply
             await desktop.persist(*apps)  # one write: all or none
             for app in apps:
                 if app.app_id in live:
                     await self._reopen(app, live[app.app_id])
         except BaseException as exc:
+            if run is not None:  # what a retry is told if the desktop stops before the error
+                run.result = _undone_reply(exc)
             undone = await self._undo(apps, before, live)
             if not isinstance(exc, AotuiError):
                 raise
@@ -296,6 +319,17 @@ class StateTransfer:
             what += f", but {'; '.join(failed)}"
         desktop.log(f"An import failed and was undone: {what}.")
         return what + "."
+
+
+def _undone_reply(exc: BaseException) -> dict[str, Any]:
+    """What an import's command id records with the write that undoes it: an error, raised to a
+    retry if the desktop stops before the import's own error is recorded."""
+    code = exc.code if isinstance(exc, AotuiError) else ErrorCode.E_INTERNAL
+    return {
+        "error": code.value,
+        "message": "the import was undone (an app could not take its data) and took no effect",
+        "data": {"outcome": Outcome.NOT_APPLIED},
+    }
 
 
 def _order(app: AppRecord) -> str:
