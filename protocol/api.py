@@ -1179,7 +1179,7 @@ class ImportParams(_Peer, method="import", faces=Face.CONTROL):
     total_bytes: int | None = param("the encoded state's size (first chunk)", minimum=1)
     client: str | None = param("names the client's transfers (bounded per client)", max_length=64)
     token: str | None = param("the input lease's token", max_length=None)
-    command_id: str | None = _command_id()  # with the whole state, or on the last chunk
+    command_id: str | None = _command_id()  # taken with the whole state, or the last chunk
 
 
 class PingParams(Params, method="ping", result=PingResult, cli_command="ping"):

@@ -29,8 +29,9 @@ While a command with an id runs, a retry of the same id waits for it and gets it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,16 @@ from aotui.supervisor.store.base import Command
 if TYPE_CHECKING:
     from aotui.supervisor.desktop.persistence import Persistence
 
-__all__ = ["REMEMBERED", "REPLY_KEEP_BYTES", "RUNNING", "CommandIds", "CommandRun", "kept"]
+__all__ = [
+    "REMEMBERED",
+    "REPLY_KEEP_BYTES",
+    "RUNNING",
+    "CommandIds",
+    "CommandRun",
+    "answer",
+    "aside",
+    "kept",
+]
 
 #: Replies a desktop without a store that records ids keeps in memory (each at most
 #: :data:`REPLY_KEEP_BYTES`: 64 MiB at worst).
@@ -96,6 +106,24 @@ class CommandRun:
 RUNNING: contextvars.ContextVar[CommandRun | None] = contextvars.ContextVar(
     "aotui_command_run", default=None
 )
+
+
+def answer(reply: Any) -> None:
+    """The reply (or, for a message, the result of the command running now) that the next write
+    of the current task's command with an id records beside its effect; nothing without one."""
+    run = RUNNING.get()
+    if run is not None:
+        run.result = reply
+
+
+@contextlib.contextmanager
+def aside() -> Iterator[None]:
+    """Writes made inside are not the current command's effect: they carry no command id."""
+    token = RUNNING.set(None)
+    try:
+        yield
+    finally:
+        RUNNING.reset(token)
 
 
 def kept(reply: Any) -> Any:

@@ -33,7 +33,7 @@ from aotui.protocol.messages import (
 )
 from aotui.supervisor.config import DesktopConfig, Durability
 from aotui.supervisor.desktop.app_record import AppRecord, AppStatus
-from aotui.supervisor.desktop.command_ids import RUNNING, CommandIds
+from aotui.supervisor.desktop.command_ids import CommandIds, answer, aside
 from aotui.supervisor.desktop.confirmations import (
     AwaitingUser,
     ConfirmationBook,
@@ -284,16 +284,11 @@ class Desktop:
         app = self.app(ref)
         if app.manifest.system:
             raise AotuiError(ErrorCode.E_INVALID_CMD, f"{app.app_id} is a system app")
-        run = RUNNING.get()
-        closing = RUNNING.set(None)  # a command id is stored with the removal, not the close
-        try:
+        with aside():  # a command id is stored with the removal, not the close
             await self.close_app(app)
-        finally:
-            RUNNING.reset(closing)
         self.apps.remove(app)
         self.log(f"Uninstalled {app.name} ({app.manifest.id}).")
-        if run is not None:
-            run.result = uninstalled(app)
+        answer(uninstalled(app))
         await self.persistence.forget(app)
         return app
 
@@ -719,9 +714,7 @@ class Desktop:
             except AotuiError:
                 await self._stop_worker(app, ExitReason.UNACKNOWLEDGED_EFFECT)
                 raise
-        run = RUNNING.get()
-        if run is not None:  # a command with a client's id: its result is stored with its effect
-            run.result = reply.result
+        answer(reply.result)  # a command with a client's id: stored with its effect
         try:  # the ack waits for the store (durability "ack")
             if reply.state_changes:
                 await self.persistence.commit_parts(app, reply.state_changes)

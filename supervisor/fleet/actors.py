@@ -67,8 +67,9 @@ DESKTOP_PREFIX = "aotui-desktop:"
 #: Methods of :class:`Client` that change the desktop: each call gets a command id, which the
 #: supervisor stores with the change's effect (desktop/command_ids.py).
 CHANGING = frozenset({"execute", "say", "install", "uninstall", "import_state"})
-#: The same, as the supervisor's methods (``Client.call``'s first argument).
-_CHANGING_CALLS = frozenset({"exec", "execute", "say", "install", "uninstall", "import"})
+#: The same, as the supervisor's methods (``Client.call``'s first argument): those that declare a
+#: ``command_id``.
+_CHANGING_CALLS = frozenset(n for n, m in api.METHODS.items() if "command_id" in m.params.FIELDS)
 #: How often a signal stream looks for its desktop's supervisor while it is not running.
 _SIGNALS_IDLE_S = 0.05
 #: Signal streams a desktop's actor runs at once (each holds a thread while it runs).

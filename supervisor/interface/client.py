@@ -402,8 +402,8 @@ class Client:
 
         The state goes in chunks; the desktop changes nothing until it has the last one (and
         checks it all again). What it could not take is refused here first, naming its path.
-        ``command_id``: as :meth:`execute`'s, sent with the last chunk (a retry sends the state
-        again and is answered the first import's reply, importing nothing again)."""
+        ``command_id``: as :meth:`execute`'s, taken when the last chunk applies (a retry sends the
+        state again and is answered the first import's reply, importing nothing again)."""
         import msgpack
 
         from aotui.supervisor.interface.plain_data import state_fault
@@ -419,18 +419,16 @@ class Client:
         offset = 0
         while True:
             chunk = blob[offset : offset + step]
-            last = offset + len(chunk) >= len(blob)
-            params: dict[str, Any] = {
-                "chunk": chunk,
-                "offset": offset,
-                "total_bytes": len(blob),
-                "import_id": import_id,
-                "client": self._transfer_client,
-                "token": self.lease_token,
-            }
-            if last and command_id is not None:
-                params["command_id"] = command_id
-            result: dict[str, Any] = self.call("import", **params)
+            result: dict[str, Any] = self.call(
+                "import",
+                chunk=chunk,
+                offset=offset,
+                total_bytes=len(blob),
+                import_id=import_id,
+                client=self._transfer_client,
+                token=self.lease_token,
+                command_id=command_id,  # the desktop takes it when the last chunk applies
+            )
             offset += len(chunk)
             if offset >= len(blob):
                 return result
@@ -462,8 +460,6 @@ class Client:
     def say(self, text: str, app: str = "system.chat", command_id: str | None = None) -> Any:
         """Post a user message (the ``user_message`` event) into an app, the chat by default.
         ``command_id``: as :meth:`execute`'s (a retry posts nothing again)."""
-        if command_id is None:
-            return self.call("say", text=text, app=app)
         return self.call("say", text=text, app=app, command_id=command_id)
 
     def shutdown(self) -> None:

@@ -37,7 +37,7 @@ from aotui.protocol import codec
 from aotui.protocol.api import ExportParams, ImportParams
 from aotui.protocol.errors import AotuiError, ErrorCode, Outcome
 from aotui.supervisor.desktop.app_record import AppStatus
-from aotui.supervisor.desktop.command_ids import RUNNING
+from aotui.supervisor.desktop.command_ids import answer, aside
 from aotui.supervisor.interface.plain_data import data_fault, state_fault
 from aotui.supervisor.interface.transfer_cache import TransferCache, TransferKind, TransferLimits
 from aotui.supervisor.store.budget import MAX_APP_DATA_BYTES
@@ -253,26 +253,20 @@ class StateTransfer:
         apps = [app for app, _ in chosen]
         before = {entry.app: entry for entry in desktop.serialize().apps}
         live = {app.app_id: app.status for app in apps if app.is_live}
-        run = RUNNING.get()
         try:
-            closing = RUNNING.set(None)
-            try:
+            with aside():
                 for app in apps:
                     if app.app_id in live:
                         await desktop.runner.close(app)
-            finally:
-                RUNNING.reset(closing)
             for app, data in chosen:
                 app.adopt_state(data)
-            if run is not None:
-                run.result = reply
+            answer(reply)
             await desktop.persist(*apps)  # one write: all or none
             for app in apps:
                 if app.app_id in live:
                     await self._reopen(app, live[app.app_id])
         except BaseException as exc:
-            if run is not None:  # what a retry is told if the desktop stops before the error
-                run.result = _undone_reply(exc)
+            answer(_undone_reply(exc))  # a retry's, if the desktop stops before the error
             undone = await self._undo(apps, before, live)
             if not isinstance(exc, AotuiError):
                 raise

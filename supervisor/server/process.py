@@ -37,7 +37,7 @@ from aotui.protocol.grammar import parse_commands
 from aotui.protocol.messages import ErrorReply, Operation, Reply, Request, Signal, SignalReason
 from aotui.supervisor.config import DesktopConfig
 from aotui.supervisor.desktop.app_record import AppRecord
-from aotui.supervisor.desktop.command_ids import RUNNING
+from aotui.supervisor.desktop.command_ids import RUNNING, answer
 from aotui.supervisor.desktop.confirmations import AwaitingUser, Outcome, Verdict
 from aotui.supervisor.desktop.desktop import Desktop, uninstalled
 from aotui.supervisor.desktop.snapshot import RefTable
@@ -669,9 +669,7 @@ class Supervisor:
         async def install() -> dict[str, Any]:
             app = self.desktop.install(call.path)
             reply = {"app": app.app_id, "id": app.manifest.id, "name": app.name}
-            run = RUNNING.get()
-            if run is not None:  # stored with the app's row: a retry is answered from it
-                run.result = reply
+            answer(reply)  # stored with the app's row: a retry is answered from it
             await self.desktop.persist(app)
             self.changed(SignalReason.DOM_MUTATION, app.app_id)
             return reply
