@@ -37,6 +37,15 @@ CLIENT_KINDS = {
 }
 
 
+def _new_token() -> str:
+    """A new secret token (144 random bits, URL-safe base64) that never begins with ``-``: a
+    holder passes it as ``aotui … --token TOKEN``, and a command line reads a word beginning
+    with ``-`` as an option (one token in 64 would otherwise be refused there)."""
+    while (token := secrets.token_urlsafe(24)).startswith("-"):
+        pass
+    return token
+
+
 @dataclass(frozen=True)
 class LeaseGrant:
     """What ``acquire`` gives the holder."""
@@ -142,7 +151,7 @@ class InputLease:
                 )
             raise self._locked(holder, "retry then")
         if holder is None:
-            self._token = secrets.token_urlsafe(24)
+            self._token = _new_token()
             self._running = []
         self._owner = owner
         self._kind = kind
