@@ -305,7 +305,9 @@ class Page:
         self.next_answer: tuple[bool, str] | None = None
 
     def start(self) -> None:
-        """Turn on what the runtime uses, in this target."""
+        """Turn on what the runtime uses, in this target: part of loading it, so each step is
+        bounded as a load is (a browser just started answers its first target's first commands
+        late on a busy machine)."""
         for method, params in (
             ("Page.enable", {}),
             ("Runtime.enable", {}),
@@ -316,7 +318,7 @@ class Page:
             ),
             ("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]}),
         ):
-            self.cdp(method, params)
+            self.cdp(method, params, timeout_s=LOAD_TIMEOUT_S)
         self.tools.enable()
 
     def state(self) -> Any:
