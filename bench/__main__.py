@@ -16,6 +16,7 @@ MODULES = [
     "bench_sandbox",
     "bench_store",
     "bench_fleet",
+    "bench_fleet_priority",
     "bench_hostile",
     "bench_scale",
     "bench_tokens",

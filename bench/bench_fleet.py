@@ -16,6 +16,7 @@ Run: ``.venv/bin/python bench/bench_fleet.py [rounds of node loss, default 3]``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 import threading
@@ -59,19 +60,27 @@ def _info(name: str) -> dict[str, Any]:
 
 
 def bench_call(fleet: FleetClient, n: int = 300) -> dict[str, float]:
-    """p50 of ``ping`` and of an acknowledged ``exec`` (a bump), through the fleet and direct."""
+    """p50 of ``ping`` and of an acknowledged ``exec`` (a bump), through the fleet and direct.
+
+    The fleet gives every ``exec`` a command id (stored with its effect); the direct ``exec`` is
+    timed without one and with one, so the fleet's own cost (the Ray hop) and the id's are told
+    apart."""
     desktop = fleet.desktop("bench-call")
     desktop.execute(OPEN.format(app="app_0"))
     info = _info("bench-call")
     direct = Client("bench-call", info["socket"])
+    ids = itertools.count()
     figures: dict[str, float] = {}
     try:
         bump = BUMP.format(app="app_0")
-        # Each pair timed call by call, alternating, so a change of the machine's load
-        # meanwhile weighs on both alike.
-        figures["ping"], figures["ping_direct"] = _timed_pair(desktop.ping, direct.ping, n)
-        figures["exec"], figures["exec_direct"] = _timed_pair(
-            lambda: desktop.execute(bump), lambda: direct.execute(bump), n
+        # The calls timed one after another, round after round, so a change of the machine's
+        # load meanwhile weighs on each alike.
+        figures["ping"], figures["ping_direct"] = _timed(n, desktop.ping, direct.ping)
+        figures["exec"], figures["exec_direct"], figures["exec_direct_id"] = _timed(
+            n,
+            lambda: desktop.execute(bump),
+            lambda: direct.execute(bump),
+            lambda: direct.execute(bump, command_id=f"bench-{next(ids)}"),
         )
     finally:
         direct.close()
@@ -82,21 +91,27 @@ def bench_call(fleet: FleetClient, n: int = 300) -> dict[str, float]:
             f"{what} p50: fleet {figures[what]:.2f} ms, direct {figures[f'{what}_direct']:.2f} ms, "
             f"+{extra:.2f} ms (goal ≤ +2 ms)"
         )
+    with_id = figures["exec_direct_id"]
+    print(
+        f"  of which the command id (direct exec with one: {with_id:.2f} ms): "
+        f"+{with_id - figures['exec_direct']:.2f} ms; the fleet's hop: "
+        f"+{figures['exec'] - with_id:.2f} ms"
+    )
     return {f"fleet_call_{key}_p50_ms": value for key, value in figures.items()}
 
 
-def _timed_pair(first: Any, second: Any, n: int) -> tuple[float, float]:
-    """p50 (ms) of each of two calls, timed alternately ``n`` times each after 10 warm-ups."""
+def _timed(n: int, *calls: Any) -> tuple[float, ...]:
+    """p50 (ms) of each call, timed in turn ``n`` times each after 10 warm-ups."""
     for _ in range(10):
-        first()
-        second()
-    samples: tuple[list[float], list[float]] = ([], [])
+        for call in calls:
+            call()
+    samples: list[list[float]] = [[] for _ in calls]
     for _ in range(n):
-        for call, into in ((first, samples[0]), (second, samples[1])):
+        for call, into in zip(calls, samples, strict=True):
             began = time.perf_counter()
             call()
             into.append((time.perf_counter() - began) * 1000)
-    return _pct(samples[0], 0.5), _pct(samples[1], 0.5)
+    return tuple(_pct(taken, 0.5) for taken in samples)
 
 
 def bench_node_loss(
@@ -208,7 +223,8 @@ def _copy_desktop(url: str, name: str, copies: int) -> None:
                 (copies - 1, name),
             )
         held = db.execute("SELECT count(*) FROM aotui.apps WHERE desktop LIKE 'held-%%'")
-        print(f"store rows of {copies} hibernated desktops beside it: {held.fetchone()[0]} apps")
+        (apps,) = held.fetchone() or (0,)
+        print(f"store rows of {copies} hibernated desktops beside it: {apps} apps")
 
 
 def _exists(name: str) -> bool:

@@ -55,8 +55,9 @@ _CALLS = re.compile(r"Calls: (\d+)")
 #: concurrency), and a node lost under many desktops restarts their actors that many at a time.
 NODE: dict[str, Any] = {"num_cpus": 2, "object_store_memory": 80 << 20, "memory": 4 << 30}
 #: Ray notices a node that stopped answering after 3 missed health checks 0.3 s apart (its
-#: defaults: 5 missed, 3 s apart).
-HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3}
+#: defaults: 5 missed, 3 s apart); its workers run at niceness 0, as ``aotui fleet up --local``
+#: starts them (its default is 15).
+HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3, "worker_niceness": 0}
 
 
 def _ray_processes(temp_dir: str) -> list[psutil.Process]:
@@ -70,8 +71,11 @@ def _ray_processes(temp_dir: str) -> list[psutil.Process]:
 
 
 @contextlib.contextmanager
-def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
-    """A head and ``workers`` worker nodes; this process connected to it (namespace aotui)."""
+def ray_cluster(
+    workers: int = 2, system_config: dict[str, Any] | None = None
+) -> Iterator[tuple[Any, list[Any]]]:
+    """A head and ``workers`` worker nodes; this process connected to it (namespace aotui).
+    ``system_config``: Ray settings of the head (for every node) over :data:`HEALTH`."""
     # Short: Ray's sockets go under it (107-byte socket paths). Ray's default directory (where
     # cluster_utils writes the cluster's address, and fails if it is missing) is in it too, not
     # the machine's shared /tmp/ray.
@@ -84,7 +88,7 @@ def ray_cluster(workers: int = 2) -> Iterator[tuple[Any, list[Any]]]:
         "include_dashboard": False,
         "object_store_memory": 80 << 20,
         "temp_dir": os.path.join(temp_dir, "ray"),
-        "_system_config": HEALTH,
+        "_system_config": HEALTH | (system_config or {}),
     }
     cluster = None
     try:

@@ -333,6 +333,10 @@ def test_the_command_line_reaches_the_fleet(fleet: Fleet) -> None:
     (zeta,) = [line.split() for line in lines if line.startswith("zeta ")]
     assert zeta[2] == "running"
     assert zeta[1] == fleet.node_of("zeta")[:12]
+    # Its supervisor, on a worker node, runs at niceness 0: the head's worker_niceness (set as
+    # `fleet up --local` sets it) reached that node's raylet, and status says so.
+    assert psutil.Process(fleet.info("zeta")["pid"]).nice() == 0
+    assert "desktops' niceness: 0" in status.stdout
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip with
     FleetSettings,
     router_actor,
 )
-from aotui.supervisor.fleet.cli import HEALTH_CHECKS  # noqa: E402
+from aotui.supervisor.fleet.cli import LOCAL_SYSTEM_CONFIG  # noqa: E402
 from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
 from tests.fleet_cluster import ray_cluster  # noqa: E402
 
@@ -234,9 +234,11 @@ def test_fleet_up_local_turns_ray_s_token_on_and_only_its_user_s_clients_get_thr
         assert up.returncode == 0, up.stderr[-3000:]
         assert "Ray token authentication: on" in up.stdout, up.stdout
         address = up.stdout.split("fleet up on Ray at ")[1].split()[0]
-        # Its head notices a lost node after 3 missed health checks 1 s apart (the GCS's own
-        # config, as Ray hands it to the gcs_server process).
-        assert _gcs_config(ray_tmp) | HEALTH_CHECKS == _gcs_config(ray_tmp)
+        # Its head notices a lost node after 3 missed health checks 1 s apart, and starts its
+        # workers at niceness 0 (the GCS's own config, as Ray hands it to the gcs_server
+        # process); `fleet up` read the niceness from the router's own process.
+        assert _gcs_config(ray_tmp) | LOCAL_SYSTEM_CONFIG == _gcs_config(ray_tmp)
+        assert "desktops' niceness: 0" in up.stdout, up.stdout
         token = Path(os.environ["AOTUI_HOME"]) / "fleet" / "auth_token"
         assert token.stat().st_mode & 0o777 == 0o600
         assert token.parent.stat().st_mode & 0o777 == 0o700

@@ -20,18 +20,24 @@ from typing import Any
 from aotui.protocol.errors import AotuiError, ErrorCode
 from aotui.supervisor.fleet.auth import cluster_uses_token, make_token, ray_env, token_path
 
-__all__ = ["FleetArgs", "format_fleet", "main", "on_fleet"]
+__all__ = ["FleetArgs", "format_fleet", "main", "on_fleet", "worker_niceness"]
 
 #: ``aotui fleet up --local``: the local cluster's head, small (it shares the machine).
 #: How a local head notices a lost node: 3 missed health checks 1 s apart (Ray's defaults, 5
 #: missed 3 s apart, leave a lost node's desktops unanswered for ~15 s before Ray even begins
 #: to restart them elsewhere).
 HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
+#: Ray starts its worker processes at niceness 15 (its ``worker_niceness``), and a desktop's
+#: actor, supervisor and apps inherit it: they get the CPU only when no process at the default
+#: 0 wants it (beside two busy loops a ``ping`` through the fleet took 29 ms at 15, 1.6 ms at 0:
+#: bench/bench_fleet_priority.py, docs/fleet.md). A desktop is the service a fleet runs.
+WORKER_PRIORITY = {"worker_niceness": 0}
+LOCAL_SYSTEM_CONFIG = HEALTH_CHECKS | WORKER_PRIORITY
 LOCAL_HEAD = (
     "--head",
     "--include-dashboard=false",
     "--disable-usage-stats",
-    f"--system-config={json.dumps(HEALTH_CHECKS)}",
+    f"--system-config={json.dumps(LOCAL_SYSTEM_CONFIG)}",
 )
 
 
@@ -97,6 +103,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             print(format_fleet(rows))
             print(_token_line(cluster_uses_token(fleet.router)))
+            print(_niceness_line(worker_niceness(fleet.router)))
         return 0
     moved = fleet.drain(inner.node)
     print(json.dumps({"moved": moved}) if args.json else f"moved {len(moved)}: {' '.join(moved)}")
@@ -127,12 +134,46 @@ def _up(args: argparse.Namespace, inner: argparse.Namespace) -> int:
         )
     address = ray.get_runtime_context().gcs_address
     token = cluster_uses_token(router)
+    niceness = worker_niceness(router)
     if args.json:
-        print(json.dumps({"address": address, "router": "aotui-fleet-router", "token": token}))
+        print(
+            json.dumps(
+                {
+                    "address": address,
+                    "router": "aotui-fleet-router",
+                    "token": token,
+                    "worker_niceness": niceness,
+                }
+            )
+        )
     else:
         print(f"fleet up on Ray at {address} (router aotui-fleet-router)")
         print(_token_line(token, token_path() if inner.local else None))
+        print(_niceness_line(niceness))
     return 0
+
+
+def worker_niceness(router: Any) -> int:
+    """The niceness Ray gave the worker process of the fleet's ``router`` actor: every desktop
+    actor's too, unless its node was started with another ``worker_niceness``."""
+    import ray
+
+    return int(ray.get(router.__ray_call__.remote(_own_niceness), timeout=60))
+
+
+def _own_niceness(_actor: Any) -> int:
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _niceness_line(niceness: int) -> str:
+    """What ``fleet up`` and ``fleet status`` say of the desktops' CPU priority."""
+    if niceness <= 0:
+        return f"desktops' niceness: {niceness}"
+    return (
+        f"desktops' niceness: {niceness} (Ray's worker_niceness): they wait for every other "
+        "process of their node; start Ray with --system-config='{\"worker_niceness\": 0}' "
+        "(docs/fleet.md)"
+    )
 
 
 def _token_line(on: bool, kept_in: Path | None = None) -> str:
