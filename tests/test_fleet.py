@@ -41,6 +41,7 @@ from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip with
     desktop_actor,
     router_actor,
 )
+from aotui.supervisor.fleet.cli import _niceness_line  # noqa: E402
 from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
 from aotui.supervisor.fleet.registry import Registry  # noqa: E402
 from tests.fleet_cluster import FleetHistory, add_node, counts, ray_cluster  # noqa: E402
@@ -337,6 +338,17 @@ def test_the_command_line_reaches_the_fleet(fleet: Fleet) -> None:
     # `fleet up --local` sets it) reached that node's raylet, and status says so.
     assert psutil.Process(fleet.info("zeta")["pid"]).nice() == 0
     assert "desktops' niceness: 0" in status.stdout
+
+
+def test_a_cluster_at_ray_s_default_niceness_is_told_the_setting() -> None:
+    """What `fleet up` and `fleet status` print for a cluster started by hand with Ray's
+    default worker niceness (15): the setting to change and where it is explained."""
+    told = _niceness_line(15)
+    assert told.startswith("desktops' niceness: 15")
+    assert """--system-config='{"worker_niceness": 0}'""" in told
+    assert "docs/fleet.md" in told
+    assert "worker_niceness" in (Path(__file__).parent.parent / "docs" / "fleet.md").read_text()
+    assert _niceness_line(0) == "desktops' niceness: 0"
 
 
 @pytest.mark.slow
