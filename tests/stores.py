@@ -4,13 +4,15 @@
 postgresql``; CI installs them) on a cluster made for the run by ``initdb`` in a fresh temporary
 directory, listening on a Unix socket there only (no TCP port). As root the cluster belongs to the
 ``postgres`` user the package creates (``initdb`` refuses root); otherwise to the user running the
-tests. It is stopped, and its directory removed, when the run ends, failed tests included.
+tests. It is stopped, and its directory removed, when the run ends, failed tests included; the
+server is the run's own child and is killed with it if the run is killed before its teardown.
 :class:`StoreBackend` opens either store for a test (a fresh database each, on the shared server).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import pwd
@@ -19,6 +21,7 @@ import signal
 import sqlite3
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +39,7 @@ _TEST_TAG = "AOTUI_TEST_TAG"
 
 
 def postgres_bindir() -> Path | None:
-    """The newest installed server's ``bin`` directory (with ``initdb`` and ``pg_ctl``)."""
+    """The newest installed server's ``bin`` directory (with ``initdb`` and ``postgres``)."""
     found = sorted(
         (path for path in DEBIAN_PG.glob("*/bin") if (path / "initdb").exists()),
         key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0,
@@ -98,34 +101,71 @@ def private_postgres() -> Iterator[PrivatePostgres]:
         env["HOME"] = owner.pw_dir
     data = base / "data"
     server = PrivatePostgres(bindir, base)
-    started = False
+    postmaster: subprocess.Popen[bytes] | None = None
     try:
         initdb = [f"{bindir}/initdb", "-D", str(data), "-U", server.user, "-A", "trust"]
         subprocess.run([*initdb, "-E", "UTF8", "--no-instructions", "--no-sync"], **run)
-        options = f"-k {base} -c listen_addresses='' -c shared_buffers=16MB -c max_connections=60"
-        pg_ctl = [f"{bindir}/pg_ctl", "-D", str(data), "-l", str(base / "server.log")]
-        subprocess.run([*pg_ctl, "-w", "-t", "60", "-o", options, "start"], **run)
-        started = True
+        # The postmaster is this process's own child, not pg_ctl's daemon: it is killed when
+        # this process dies, however it dies (a runner killed by a signal runs no teardown), and
+        # its backends follow it.
+        options = ["-k", str(base), "-c", "listen_addresses=", "-c", "shared_buffers=16MB"]
+        with open(base / "server.log", "wb") as log:
+            postmaster = subprocess.Popen(
+                [f"{bindir}/postgres", "-D", str(data), *options, "-c", "max_connections=60"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent,
+                **{key: value for key, value in run.items() if key in _POPEN},
+            )  # fmt: skip
+        _wait_ready(postmaster, bindir, server, run)
         yield server
     except subprocess.CalledProcessError as exc:
-        log = base / "server.log"
-        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-        raise RuntimeError(f"{exc}: {exc.stderr!r} {exc.stdout!r} {tail}") from None
+        raise RuntimeError(f"{exc}: {exc.stderr!r} {exc.stdout!r} {_log_tail(base)}") from None
     finally:
-        if started:
-            with contextlib.suppress(subprocess.SubprocessError):
-                subprocess.run(
-                    [*pg_ctl, "-m", "immediate", "-w", "stop"], **{**run, "check": False}
-                )
-            _kill_leftover(data)
+        if postmaster is not None:
+            postmaster.send_signal(signal.SIGQUIT)  # an immediate shutdown, as pg_ctl -m i
+            try:
+                postmaster.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                postmaster.kill()
+                postmaster.wait()
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _kill_leftover(data: Path) -> None:
-    """SIGKILL the postmaster if ``pg_ctl stop`` left it running (its children follow it)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        pid = int((data / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, signal.SIGKILL)
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+#: What :func:`private_postgres`'s ``subprocess.run`` settings :class:`subprocess.Popen` takes.
+_POPEN = ("env", "cwd", "user", "group", "extra_groups")
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it starts: SIGKILL it when its parent dies. Set after
+    the switch to the ``postgres`` user (subprocess changes the uid first), which would clear it;
+    nothing is imported here (that user may not read this Python's files)."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _wait_ready(
+    postmaster: subprocess.Popen[bytes], bindir: Path, server: PrivatePostgres, run: dict[str, Any]
+) -> None:
+    """Until the server accepts connections (``pg_isready``), for up to 60 s."""
+    ready = [f"{bindir}/pg_isready", "-q", "-h", str(server.socket_dir), "-U", server.user]
+    deadline = time.monotonic() + 60
+    while subprocess.run(ready, **{**run, "check": False}).returncode != 0:
+        if postmaster.poll() is not None:
+            raise RuntimeError(
+                f"the private PostgreSQL server exited ({postmaster.returncode}) while "
+                f"starting: {_log_tail(server.socket_dir)}"
+            )
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the private PostgreSQL server did not accept connections within 60 s: "
+                f"{_log_tail(server.socket_dir)}"
+            )
+        time.sleep(0.05)
+
+
+def _log_tail(base: Path) -> str:
+    log = base / "server.log"
+    return log.read_text(errors="replace")[-2000:] if log.exists() else ""
 
 
 _databases = itertools.count()

@@ -11,12 +11,15 @@ server binaries the PostgreSQL cases skip, saying so.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from aotui.protocol.errors import AotuiError, ErrorCode
@@ -275,3 +278,43 @@ def test_keyed_data_larger_than_a_frame_is_written_as_its_parts(
     ]
     # a, b and c as written whole, then c gone (kept as a row saying so) and d
     assert store_backend.sql("SELECT count(*) FROM app_parts WHERE {desktop}") == [(4,)]
+
+
+@pytest.mark.timeout(120)
+def test_the_private_server_dies_with_the_process_that_started_it(
+    postgres_server: PrivatePostgres,
+) -> None:
+    """A test run killed by a signal runs no teardown: the private PostgreSQL server of
+    tests/stores.py must not outlive it (pg_ctl's daemonized server did)."""
+    started = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
+        "from tests.stores import private_postgres\n"
+        "with private_postgres() as server:\n"
+        "    print(server.socket_dir, flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    runner = subprocess.Popen([sys.executable, "-c", started], stdout=subprocess.PIPE, text=True)
+    postmaster: psutil.Process | None = None
+    socket_dir: Path | None = None
+    try:
+        assert runner.stdout is not None
+        socket_dir = Path(runner.stdout.readline().strip())
+        pid = int((socket_dir / "data" / "postmaster.pid").read_text().split()[0])
+        postmaster = psutil.Process(pid)
+        assert postmaster.is_running()
+        runner.kill()  # SIGKILL: no finally, no atexit
+        runner.wait()
+        psutil.wait_procs([postmaster], timeout=30)
+        assert not postmaster.is_running()
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        if runner.stdout is not None:
+            runner.stdout.close()
+        if postmaster is not None and postmaster.is_running():  # the test failed: not left
+            postmaster.kill()
+            psutil.wait_procs([postmaster], timeout=10)
+        if socket_dir is not None and socket_dir.name.startswith("aotui-pg-"):
+            shutil.rmtree(socket_dir, ignore_errors=True)  # the killed runner's cluster
