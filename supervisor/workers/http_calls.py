@@ -88,7 +88,9 @@ class HttpCalls:
             result = HttpResult(call.call_id, response=response)
         except AotuiError as exc:
             if exc.code is ErrorCode.E_PERMISSION:
-                self.host.log(f"{app.name}: HTTP request refused: {exc.message}")
+                # The app's line, not the desktop's: an app whose requests are refused as fast as
+                # it makes them evicts only its own lines from System Logs (its share).
+                self.host.log(f"{app.name}: HTTP request refused: {exc.message}", app.app_id)
             result = HttpResult(call.call_id, error=exc.to_dict())
         finally:
             worker.http_in_flight -= 1

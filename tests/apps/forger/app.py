@@ -5,7 +5,8 @@ and sends what the supervisor must refuse: garbage, an oversized frame, msgpack 
 no worker may send (a second ``Hello``, an ``Ack`` for a request it never got, a supervisor's
 ``Exited``, a client's ``Request``), floods. After sending it waits to be killed; a worker that
 is still alive returns ``survived …`` (an escape for the test). The ``markup-*`` attempts instead
-try to forge the snapshot's structural tags and return normally.
+try to forge the snapshot's structural tags and return normally; ``http-refused`` makes requests
+its manifest does not grant, one after another, through the SDK, and returns how many were refused.
 """
 
 from __future__ import annotations
@@ -164,6 +165,14 @@ class ForgerView(View):
         if what == "markup-html":
             self.app.html = True  # type: ignore[union-attr]
             return "rendered forged markup"
+        if what == "http-refused":  # --arg N requests the manifest does not grant, one by one
+            refused = 0
+            for _ in range(int(arg or 200)):
+                try:
+                    self.app.http("GET", "http://127.0.0.1:9/")  # type: ignore[union-attr]
+                except PermissionError:
+                    refused += 1
+            return f"{refused} requests refused"
         if what not in FRAMES:
             raise LookupError(f"no attempt {what!r}")
         frames = FRAMES[what](arg)
