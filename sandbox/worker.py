@@ -139,6 +139,9 @@ class WorkerLoop:
         #: Set once an effect could not be acknowledged: this process's memory holds an effect
         #: that must not survive, so it runs nothing more until the supervisor restarts it.
         self.discarded = False
+        #: A :meth:`data_mark` around the operation being run could not be taken (a hook
+        #: failed, a page too busy to answer).
+        self.mark_unknown = False
         #: Restored from keyed data: the desktop holds its parts (see :meth:`parts_ack`).
         self.restored_keyed = False
         #: Messages that arrived while the app waited on a brokered call.
@@ -380,6 +383,7 @@ class WorkerLoop:
                 )
                 return
             target = view.handle
+        self.mark_unknown = False
         before = self.data_mark()
         try:
             result = target(call)
@@ -444,6 +448,7 @@ class WorkerLoop:
             frame = codec.encode(AppState(request_id=0, data=self.app.serialize()))
             return hashlib.blake2b(frame, digest_size=16).digest()
         except Exception:  # noqa: BLE001 - app code may raise anything
+            self.mark_unknown = True
             return object()
 
     def discard_failure(self, request_id: int, exc: BaseException) -> None:
@@ -454,11 +459,19 @@ class WorkerLoop:
         """
         self.discarded = True
         cause = exc.message if isinstance(exc, AotuiError) else f"{type(exc).__name__}: {exc}"
-        message = (
-            f"{cause} (the operation failed after changing the app's data; it took no effect: "
-            f"the app restarts from its last acknowledged state)"
+        changed = (
+            "whether it changed the app's data could not be told"
+            if self.mark_unknown
+            else "the operation failed after changing the app's data"
         )
-        code = ErrorCode.E_APP_ERROR.value
+        message = (
+            f"{cause} ({changed}; it took no effect: the app restarts from its last "
+            f"acknowledged state)"
+        )
+        # A time-out stays one (the desktop then stops the worker as for its own time-out); any
+        # other failure is the app's.
+        timed_out = isinstance(exc, AotuiError) and exc.code is ErrorCode.E_TIMEOUT
+        code = (ErrorCode.E_TIMEOUT if timed_out else ErrorCode.E_APP_ERROR).value
         self.send(ErrorReply(request_id, code, message, {"outcome": Outcome.NOT_APPLIED.value}))
 
     def discard_effect(self, request_id: int, exc: AotuiError) -> None:

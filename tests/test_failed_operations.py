@@ -128,11 +128,14 @@ class Plain(App):
     def __init__(self) -> None:
         super().__init__()
         self.items: list[str] = []
+        self.unreadable = False
 
     def roots(self) -> list[View[Any]]:
         return [PlainView("plain")]
 
     def serialize(self) -> Any:
+        if self.unreadable:  # a web app's page too busy to be read
+            raise TimeoutError("the page did not answer")
         return {"items": self.items}
 
 
@@ -173,6 +176,12 @@ class PlainView(View[Plain]):
     def fail(self) -> None:
         """Fail."""
         raise LookupError("no")
+
+    @operation
+    def time_out(self) -> None:
+        """Time out (as a web page that never settles does), its data then unreadable."""
+        self.app.unreadable = True
+        raise AotuiError(ErrorCode.E_TIMEOUT, "the page never settled after time_out")
 
 
 @pytest.fixture
@@ -225,3 +234,27 @@ def test_the_worker_discards_only_a_failure_that_changed_data(
     loop.run_callbacks()
     assert not supervisor_side.poll(100)
     assert isinstance(reply("fail", 3), ErrorReply)
+
+
+def test_a_time_out_whose_data_cannot_be_read_stays_a_time_out_and_is_discarded(
+    channel: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+) -> None:
+    # CI saw a web page that never settled answered E_APP_ERROR: under load the page was too
+    # busy to serialize after the time-out, the data counted as changed, and the discard's reply
+    # took the app's code instead of the time-out's.
+    worker_side, supervisor_side = channel
+    app = Plain()
+    loop = WorkerLoop(app, worker_side, wake_fd=-1)
+    for root in app.roots():
+        app.add_view(root)
+        loop.mount(root.key, root=True)
+    loop.flush(force=True)
+    assert isinstance(codec.decode(supervisor_side.recv()), FragmentUpdate)
+    loop.handle(Operation(1, "plain", "time_out", {}, {}, 1000))
+    message = codec.decode(supervisor_side.recv())
+    assert isinstance(message, ErrorReply)
+    assert message.code == ErrorCode.E_TIMEOUT.value
+    assert message.data == {"outcome": "not applied"}
+    assert "never settled after time_out" in message.message
+    assert "whether it changed the app's data could not be told" in message.message
+    assert loop.discarded
