@@ -371,12 +371,14 @@ def _explained_by_in_flight(
     run: IndexedRun, app: str, acked: StateEvent, recovery: RecoveryEvent, after: StateEvent
 ) -> bool:
     """Whether a recovered state other than the last acknowledged one is a command's in flight
-    at the recovery, answered since: the state its first reply acknowledged, or a state never
-    acknowledged before (then :func:`applied_at_most_once` fails it: applied again)."""
-    acks = [run.ack_of[c.id] for c in run.in_flight(app, acked, recovery) if c.id in run.ack_of]
-    if not acks:
+    at the recovery: the state its first reply acknowledged, or a state never acknowledged
+    before (then :func:`applied_at_most_once` fails it if one answered since shows another:
+    applied again). A command cut off and answered ``unknown``, never sent again, may have
+    taken effect: the supervisor committed it, then died before its reply."""
+    flight = run.in_flight(app, acked, recovery)
+    if not flight:
         return False
-    if any(state.digest == after.digest for state in acks):
+    if any(run.ack_of[c.id].digest == after.digest for c in flight if c.id in run.ack_of):
         return True
     return not run.acked_before(app, after.digest, recovery)
 
