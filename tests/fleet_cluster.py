@@ -166,12 +166,22 @@ def _digest(name: str, count: int) -> str:
     return hashlib.sha256(f"{name}/app_0 Calls: {count}".encode()).hexdigest()
 
 
-def desktop_info(name: str) -> dict[str, Any]:
-    """What desktop ``name``'s actor says of itself (its node, its supervisor's pid, ...)."""
-    actor = ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
-    asked: Any = actor.info.remote()
-    info: dict[str, Any] = ray.get(asked, timeout=30)
-    return info
+def desktop_info(name: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """What desktop ``name``'s actor says of itself (its node, its supervisor's pid, ...); asked
+    again while Ray says it is restarting (``RayActorError``: a drain or a node loss restarts
+    it, and a handle this process held may learn of the new process only from a call that
+    fails, ``ActorUnavailableError``, as CI saw just after a restart)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            actor = ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
+            asked: Any = actor.info.remote()
+            info: dict[str, Any] = ray.get(asked, timeout=30)
+            return info
+        except ray.exceptions.RayActorError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 class FleetHistory:

@@ -44,7 +44,13 @@ from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip with
 from aotui.supervisor.fleet.cli import _niceness_line  # noqa: E402
 from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
 from aotui.supervisor.fleet.registry import Registry  # noqa: E402
-from tests.fleet_cluster import FleetHistory, add_node, counts, ray_cluster  # noqa: E402
+from tests.fleet_cluster import (  # noqa: E402
+    FleetHistory,
+    add_node,
+    counts,
+    desktop_info,
+    ray_cluster,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,16 +74,7 @@ class Fleet:
     def info(self, name: str) -> dict[str, Any]:
         """What desktop ``name``'s actor says of itself; asked again while it restarts (a drain
         kills it a moment after it returns)."""
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                actor = ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
-                info: dict[str, Any] = ray.get(actor.info.remote(), timeout=30)
-                return info
-            except ray.exceptions.RayActorError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        return desktop_info(name)
 
 
 @pytest.fixture(scope="module")

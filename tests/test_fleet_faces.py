@@ -41,7 +41,7 @@ from aotui.supervisor.fleet.actors import (  # noqa: E402 -- after the skip with
     router_actor,
 )
 from aotui.supervisor.fleet.client import FleetClient, FleetDesktop  # noqa: E402
-from tests.fleet_cluster import ray_cluster  # noqa: E402
+from tests.fleet_cluster import desktop_info, ray_cluster  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -167,8 +167,7 @@ def test_signals_go_on_after_the_desktop_s_actor_restarts(fleet: Fleet) -> None:
         ray.kill(actor, no_restart=False)  # Ray starts it again: a new process, same name
         # The desktop answers again (its state from PostgreSQL) ...
         assert _bump(other) == 2
-        actor = ray.get_actor(DESKTOP_PREFIX + name, namespace=NAMESPACE)
-        assert ray.get(actor.info.remote(), timeout=30)["actor_pid"] != old["actor_pid"]
+        assert desktop_info(name)["actor_pid"] != old["actor_pid"]
         # ... and the stream, subscribed again on the new actor, carries its changes.
         back = time.monotonic()
         deadline = back + 30
