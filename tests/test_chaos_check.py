@@ -578,6 +578,18 @@ def test_a_command_held_for_a_worker_s_recovery_does_not_excuse_a_lost_effect(
     assert verdict(r, tmp_path, CheckName.APPLIED_AT_MOST_ONCE).summary.startswith("0 commands")
 
 
+def cut_off_told_unknown(recovered: str) -> Recorder:
+    """c1 acknowledged d1; c2 sent, told ``unknown`` (the supervisor killed before its reply),
+    never sent again; the desktop recovers showing ``recovered``."""
+    r = Recorder()
+    r.command("c0").reply("c0").state("d0", command="c0")
+    r.command("c1").reply("c1").state("d1", command="c1")
+    r.command("c2")
+    r.reply("c2", ok=False, code="E_UNAVAILABLE", outcome="unknown", recoverable=True)
+    r.add("recovery", fault="f1", app="app_2", what="supervisor", seconds=0.5, ok=True)
+    return r.state(recovered, basis="recovered", fault="f1")
+
+
 @pytest.mark.parametrize("recovered", ["d2", "d1"], ids=["stored", "not-stored"])
 def test_a_command_cut_off_told_unknown_and_never_sent_again_may_have_taken_effect(
     tmp_path: Path, recovered: str
@@ -585,13 +597,7 @@ def test_a_command_cut_off_told_unknown_and_never_sent_again_may_have_taken_effe
     """The supervisor committed c2 (d2) and was killed before its reply; the agent, told
     ``unknown``, went on to other work. CI saw this judged a lost effect (the allowance asked
     for an ack of c2 that never came). An older state still is one (the next case)."""
-    r = Recorder()
-    r.command("c0").reply("c0").state("d0", command="c0")
-    r.command("c1").reply("c1").state("d1", command="c1")
-    r.command("c2")
-    r.reply("c2", ok=False, code="E_UNAVAILABLE", outcome="unknown", recoverable=True)
-    r.add("recovery", fault="f1", app="app_2", what="supervisor", seconds=0.5, ok=True)
-    r.state(recovered, basis="recovered", fault="f1")
+    r = cut_off_told_unknown(recovered)
     r.command("c3").reply("c3").state(f"{recovered}+3", command="c3").end()
     report = check_history(load_history(r.write(tmp_path / "h.jsonl")))
     assert report.ok, format_verdicts(report)
@@ -600,13 +606,7 @@ def test_a_command_cut_off_told_unknown_and_never_sent_again_may_have_taken_effe
 
 
 def test_an_older_state_is_lost_even_with_a_command_told_unknown(tmp_path: Path) -> None:
-    r = Recorder()
-    r.command("c0").reply("c0").state("d0", command="c0")
-    r.command("c1").reply("c1").state("d1", command="c1")
-    r.command("c2")
-    r.reply("c2", ok=False, code="E_UNAVAILABLE", outcome="unknown", recoverable=True)
-    r.add("recovery", fault="f1", app="app_2", what="supervisor", seconds=0.5, ok=True)
-    r.state("d0", basis="recovered", fault="f1").end()
+    r = cut_off_told_unknown("d0").end()
     lost = verdict(r, tmp_path, CheckName.NO_ACKNOWLEDGED_EFFECT_LOST)
     assert lost.status is Status.FAIL
     assert "lost acknowledged effects" in lost.evidence[0].text

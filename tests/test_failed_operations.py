@@ -199,18 +199,25 @@ def channel(tmp_path: Path) -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[byte
     context.term()
 
 
-@pytest.mark.parametrize("kind", [Plain, Counted, Keyed])
-def test_the_worker_discards_only_a_failure_that_changed_data(
-    channel: tuple[zmq.Socket[bytes], zmq.Socket[bytes]], kind: type[Plain]
-) -> None:
+def running(app: Plain, channel: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> WorkerLoop:
+    """A worker's loop serving ``app`` on ``channel``, its views mounted and sent."""
     worker_side, supervisor_side = channel
-    app = kind()
     loop = WorkerLoop(app, worker_side, wake_fd=-1)
     for root in app.roots():
         app.add_view(root)
         loop.mount(root.key, root=True)
     loop.flush(force=True)
     assert isinstance(codec.decode(supervisor_side.recv()), FragmentUpdate)
+    return loop
+
+
+@pytest.mark.parametrize("kind", [Plain, Counted, Keyed])
+def test_the_worker_discards_only_a_failure_that_changed_data(
+    channel: tuple[zmq.Socket[bytes], zmq.Socket[bytes]], kind: type[Plain]
+) -> None:
+    supervisor_side = channel[1]
+    app = kind()
+    loop = running(app, channel)
 
     def reply(op_id: str, request_id: int, **args: Any) -> ErrorReply | Ack:
         loop.handle(Operation(request_id, "plain", op_id, args, {}, 1000))
@@ -242,14 +249,8 @@ def test_a_time_out_whose_data_cannot_be_read_stays_a_time_out_and_is_discarded(
     # CI saw a web page that never settled answered E_APP_ERROR: under load the page was too
     # busy to serialize after the time-out, the data counted as changed, and the discard's reply
     # took the app's code instead of the time-out's.
-    worker_side, supervisor_side = channel
-    app = Plain()
-    loop = WorkerLoop(app, worker_side, wake_fd=-1)
-    for root in app.roots():
-        app.add_view(root)
-        loop.mount(root.key, root=True)
-    loop.flush(force=True)
-    assert isinstance(codec.decode(supervisor_side.recv()), FragmentUpdate)
+    supervisor_side = channel[1]
+    loop = running(Plain(), channel)
     loop.handle(Operation(1, "plain", "time_out", {}, {}, 1000))
     message = codec.decode(supervisor_side.recv())
     assert isinstance(message, ErrorReply)
