@@ -95,6 +95,7 @@ def test_loop_clock_counts_only_time_the_loop_ran() -> None:
 # --- item 1: a paused supervisor ------------------------------------------------------------------
 
 
+@pytest.mark.timeout(120)
 def test_a_paused_supervisor_keeps_its_healthy_workers(start_desktop: Start) -> None:
     desktop = start_desktop(["echo", "lister"], heartbeat_s=0.2, heartbeat_timeout_s=2.0)
     client = desktop.client
@@ -102,7 +103,9 @@ def test_a_paused_supervisor_keeps_its_healthy_workers(start_desktop: Start) -> 
     text = client.snapshot()
     before = rows(client)
     assert {row["state"] for row in before.values()} == {"running"}
-    late = desktop.new_client(timeout_s=20)
+    # A deadline for a loaded machine: CI's unprivileged suite, beside the root one, saw the
+    # answer take over 15 s after the resume once (20 s deadline); it must come, not come fast.
+    late = desktop.new_client(timeout_s=45)
     answers: list[Any] = []
 
     def execute_while_paused() -> None:
@@ -115,8 +118,8 @@ def test_a_paused_supervisor_keeps_its_healthy_workers(start_desktop: Start) -> 
         sender = threading.Thread(target=execute_while_paused)
         sender.start()
         time.sleep(5.0)  # two and a half heartbeat timeouts
-    sender.join(15)
-    assert answers == [{"ran": 1, "results": [1]}]
+    sender.join(45)
+    assert answers == [{"ran": 1, "results": [1]}], system_logs(client)
     time.sleep(1.0)  # five heartbeat rounds after the resume
     after = rows(client)
     for app_id, row in before.items():
